@@ -1,0 +1,3 @@
+from netdoctor.cli import main
+
+main()

@@ -1,0 +1,96 @@
+"""Check metadata, the context a check runs with, and the decorator that declares one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from netdoctor.inventory.model import Inventory
+from netdoctor.report.model import Finding, Status
+
+# The closed vocabulary of inputs a check can declare; netdoctor.checks.needs says how
+# each is judged available (pass through), not applicable (skip) or unavailable (unknown).
+NEEDS = {
+    "rdma": "RDMA devices and their ports (sysfs, ibstat, ibv_devinfo)",
+    "ib": "InfiniBand link-layer ports",
+    "roce": "Ethernet link-layer (RoCE) RDMA ports",
+    "gpus": "NVIDIA GPUs (NVML or nvidia-smi)",
+    "topology": "the GPU/NIC matrix of `nvidia-smi topo -m`",
+    "pcie": "PCIe link facts of GPUs and NICs (sysfs or NVML)",
+    "counters": "port error counters (sysfs counters/ or perfquery -x)",
+    "qos": "PFC and trust settings of RoCE netdevs (mlnx_qos)",
+    "probe": "the NCCL probe result",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    id: str
+    description: str
+    function: Callable[[CheckContext], Iterable[Finding]]
+    needs: tuple[str, ...] = ()
+    origin: str = "built-in"          # module or entry point it came from
+
+    def __post_init__(self) -> None:
+        unknown = [need for need in self.needs if need not in NEEDS]
+        if unknown:
+            raise ValueError(f"check {self.id!r} declares unknown needs {unknown}; known: {sorted(NEEDS)}")
+
+
+def check(check_id: str, description: str, needs: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a function as a check. The registry collects marked functions from plugin modules."""
+
+    def mark(function: Callable[..., Any]) -> Callable[..., Any]:
+        function.__netdoctor_check__ = Check(check_id, description, function, tuple(needs), origin=function.__module__)  # type: ignore[attr-defined]
+        return function
+
+    return mark
+
+
+@dataclass(frozen=True)
+class CounterHistory:
+    """Counter values of an earlier run of this node, for growth-rate judgement."""
+
+    taken_at: str                      # ISO 8601 UTC
+    elapsed_s: float                   # seconds between that run and this inventory
+    ports: Mapping[str, Mapping[str, int | None]]   # "mlx5_0:1" -> counter -> value
+    source: str = "state"              # "state" (state file) | "baseline" (--baseline snapshot)
+
+
+@dataclass
+class CheckContext:
+    """What a check function receives. `rules` is the pack section of this check."""
+
+    check_id: str
+    inventory: Inventory
+    rules: Mapping[str, Any]
+    history: CounterHistory | None = None
+    probe: Mapping[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def rule(self, key: str, default: Any = None) -> Any:
+        return self.rules.get(key, default)
+
+    def finding(self, status: Status, subject: str, summary: str = "", *, evidence: dict[str, Any] | None = None,
+                remedy: str | None = None, rule: str | None = None) -> Finding:
+        return Finding(self.check_id, status, subject, summary, dict(evidence or {}), remedy, rule)
+
+    def passed(self, subject: str, summary: str = "", **kwargs: Any) -> Finding:
+        return self.finding(Status.PASS, subject, summary, **kwargs)
+
+    def warn(self, subject: str, summary: str, **kwargs: Any) -> Finding:
+        return self.finding(Status.WARN, subject, summary, **kwargs)
+
+    def fail(self, subject: str, summary: str, **kwargs: Any) -> Finding:
+        return self.finding(Status.FAIL, subject, summary, **kwargs)
+
+    def unknown(self, subject: str, summary: str, **kwargs: Any) -> Finding:
+        return self.finding(Status.UNKNOWN, subject, summary, **kwargs)
+
+    def skip(self, subject: str, summary: str, **kwargs: Any) -> Finding:
+        return self.finding(Status.SKIP, subject, summary, **kwargs)
+
+    def graded(self, status: str | Status, subject: str, summary: str, **kwargs: Any) -> Finding:
+        """A finding whose status comes from the rule pack (e.g. `severity = "warn"`)."""
+        return self.finding(Status(status), subject, summary, **kwargs)

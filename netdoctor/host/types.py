@@ -1,0 +1,97 @@
+"""Interfaces between the host layer and the inventory builder.
+
+A `NodeSource` is either the live node or a snapshot. The builder asks it for sysfs
+files, command outputs (by snapshot command NAME) and the NVML report; it never knows
+which kind it has.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+class CommandState(enum.StrEnum):
+    OK = "ok"            # exited 0
+    ERROR = "error"      # exited non-zero (or could not be started: permission denied)
+    TIMEOUT = "timeout"  # killed at its own timeout or the run deadline
+    MISSING = "missing"  # not installed
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    """One tool run. `name` is the snapshot command NAME (`perfquery-x-mlx5_0-1`)."""
+
+    name: str
+    argv: tuple[str, ...]
+    timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    name: str
+    state: CommandState
+    stdout: str = ""
+    stderr: str = ""
+    returncode: int | None = None
+    duration_s: float = 0.0
+    truncated: bool = False           # output was cut at the size cap
+    argv: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.state is CommandState.OK
+
+    def describe(self) -> str:
+        """Why this result is not usable, for `unknown` findings: `ibstat timed out after 5.0 s`."""
+        if self.state is CommandState.TIMEOUT:
+            return f"{self.name} timed out after {self.duration_s:.1f} s"
+        if self.state is CommandState.MISSING:
+            return f"{self.name} is not installed"
+        if self.state is CommandState.ERROR:
+            first = (self.stderr.strip().splitlines() or [""])[0][:200]
+            code = f"exit status {self.returncode}" if self.returncode is not None else "could not start"
+            return f"{self.name} failed ({code}){': ' + first if first else ''}"
+        return f"{self.name} ok"
+
+
+class SysTree(Protocol):
+    """Read-only access to a /sys tree under a root. Paths are relative to /sys: `class/infiniband`.
+
+    Reads never leave the root: links are resolved inside it, `..` cannot climb out.
+    Missing files give None (reads) or [] (listings); only an unsafe path raises.
+    """
+
+    def read(self, path: str) -> str | None: ...
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def is_dir(self, path: str) -> bool: ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def link_name(self, path: str) -> str | None:
+        """Last component of a symlink's target (e.g. the PCI address a `device` link points to)."""
+        ...
+
+
+class NodeSource(Protocol):
+    """A node to discover: live or a snapshot."""
+
+    host: str
+    captured_at: str                   # ISO 8601 UTC
+    boot_id: str | None
+    sys: SysTree
+    is_snapshot: bool
+
+    def run(self, specs: list[CommandSpec], deadline: float | None = None) -> dict[str, CommandResult]:
+        """Run (live) or look up (snapshot) these commands; live runs them concurrently.
+
+        `deadline` is a `time.monotonic()` value no command may outlive.
+        """
+        ...
+
+    def nvml(self) -> tuple[dict[str, Any] | None, str]:
+        """The NVML report (nvml.json shape) or None, and a status text (`ok`, `no NVIDIA driver`, error)."""
+        ...

@@ -1,0 +1,296 @@
+"""One typed model of the node, joined from every source (sysfs, NVML, ibstat, ...).
+
+Checks read only this. Every fact that may be missing is Optional: `None` means "no
+source told us", never "zero". Which sources ran, and how, is in `Inventory.sources`;
+where two sources disagree about one fact the disagreement is kept in `conflicts`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class SourceState(enum.StrEnum):
+    OK = "ok"                  # ran and parsed
+    MISSING = "missing"        # tool not installed / file or directory absent
+    TIMEOUT = "timeout"        # killed at its timeout or at the run deadline
+    ERROR = "error"            # non-zero exit, permission denied, NVML error, ...
+    PARSE_ERROR = "parse-error"  # ran, but its output was not recognised
+    NOT_RUN = "not-run"        # not attempted (not applicable, or deadline reached first)
+
+
+@dataclass(frozen=True)
+class SourceStatus:
+    """What happened to one source of facts, e.g. `ibstat` or `nvml` or `sysfs:infiniband`."""
+
+    name: str
+    state: SourceState
+    detail: str = ""
+    duration_s: float | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.state is SourceState.OK
+
+    def reason(self) -> str:
+        """A short human reason, e.g. `ibstat timed out after 5.0 s`."""
+        words = {
+            SourceState.OK: "ok",
+            SourceState.MISSING: "is not available",
+            SourceState.TIMEOUT: "timed out",
+            SourceState.ERROR: "failed",
+            SourceState.PARSE_ERROR: "gave output that could not be parsed",
+            SourceState.NOT_RUN: "was not run",
+        }
+        text = f"{self.name} {words[self.state]}"
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+class LinkLayer(enum.StrEnum):
+    INFINIBAND = "InfiniBand"
+    ETHERNET = "Ethernet"
+
+
+class PortState(enum.StrEnum):
+    """IB logical port state (sysfs `state`, ibstat `State`, ibv_devinfo `state`)."""
+
+    DOWN = "DOWN"
+    INIT = "INIT"
+    ARMED = "ARMED"
+    ACTIVE = "ACTIVE"
+    ACTIVE_DEFER = "ACTIVE_DEFER"
+
+
+class PhysState(enum.StrEnum):
+    """IB physical port state (sysfs `phys_state`, ibstat `Physical state`)."""
+
+    SLEEP = "Sleep"
+    POLLING = "Polling"
+    DISABLED = "Disabled"
+    TRAINING = "PortConfigurationTraining"
+    LINK_UP = "LinkUp"
+    LINK_ERROR_RECOVERY = "LinkErrorRecovery"
+    PHY_TEST = "PhyTest"
+
+
+@dataclass(frozen=True)
+class LinkRate:
+    """A port's negotiated rate: `400 Gb/sec (4X NDR)` -> gbps=400, width=4, speed="NDR".
+
+    `lane_gbps` is the per-lane signalling rate where a source gives it (iblinkinfo,
+    ibv_devinfo `active_speed`). `speed` is the IB speed class name (SDR..XDR) or None.
+    """
+
+    gbps: float | None
+    width: int | None = None
+    speed: str | None = None
+    lane_gbps: float | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.width:
+            parts.append(f"{self.width}X")
+        if self.speed:
+            parts.append(self.speed)
+        rate = f"{self.gbps:g} Gb/s" if self.gbps is not None else "unknown rate"
+        return f"{rate} ({' '.join(parts)})" if parts else rate
+
+
+@dataclass(frozen=True)
+class PcieLink:
+    """A PCIe function's link. Speeds in GT/s (2.5, 5, 8, 16, 32, 64); gen derived from them."""
+
+    address: str                      # canonical `0000:18:00.0`
+    current_gen: int | None = None
+    max_gen: int | None = None
+    current_width: int | None = None
+    max_width: int | None = None
+    current_speed_gts: float | None = None
+    max_speed_gts: float | None = None
+    source: str = "sysfs"             # sysfs | nvml
+
+
+@dataclass
+class Port:
+    hca: str
+    number: int
+    state: PortState | None = None
+    phys_state: PhysState | None = None
+    rate: LinkRate | None = None
+    link_layer: LinkLayer | None = None
+    lid: int | None = None
+    sm_lid: int | None = None
+    lmc: int | None = None
+    port_guid: str | None = None
+    capability_mask: int | None = None
+    active_mtu: int | None = None     # bytes (256..4096); IB MTU negotiated on the link
+    max_mtu: int | None = None
+    netdev: str | None = None         # RoCE netdev or IPoIB interface of this port
+    pkeys: tuple[str, ...] = ()       # non-zero P_Key table entries, e.g. ("0xffff",)
+    # Port error/traffic counters under their sysfs names (symbol_error, link_downed, ...).
+    # None = the source could not give a value (`N/A (no PMA)`).
+    counters: dict[str, int | None] = field(default_factory=dict)
+    counters_source: str | None = None   # "sysfs" | "perfquery"
+    hw_counters: dict[str, int] = field(default_factory=dict)  # mlx5 hw_counters/
+    # iblinkinfo: what the link could run at when it runs below it, and the peer.
+    could_be: LinkRate | None = None
+    peer: str | None = None
+    sources: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.hca}:{self.number}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.state is PortState.ACTIVE
+
+
+@dataclass
+class Hca:
+    name: str                         # mlx5_0
+    ca_type: str | None = None        # MT4129
+    model: str | None = None          # ConnectX-7 (from ca_type / vendor_part_id)
+    firmware: str | None = None
+    hardware_version: str | None = None
+    node_guid: str | None = None
+    sys_image_guid: str | None = None
+    board_id: str | None = None
+    vendor_part_id: int | None = None
+    pci_address: str | None = None
+    numa_node: int | None = None
+    ports: dict[int, Port] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class QosConfig:
+    """mlnx_qos view of a netdev: trust mode and which priorities have PFC on."""
+
+    trust: str | None = None          # "pcp" | "dscp"
+    pfc_enabled: tuple[int, ...] = ()  # priorities 0..7 with PFC enabled
+    dcbx_mode: str | None = None
+
+
+@dataclass
+class Netdev:
+    name: str
+    mtu: int | None = None
+    operstate: str | None = None      # up | down | unknown | ...
+    speed_mbps: int | None = None
+    mac: str | None = None
+    arp_type: int | None = None       # 1 = Ethernet, 32 = InfiniBand (IPoIB)
+    pci_address: str | None = None
+    rdma_port: str | None = None      # "mlx5_0:1" when the netdev belongs to an RDMA port
+    qos: QosConfig | None = None
+    # ECN for RoCE per priority, from /sys/class/net/<if>/ecn/roce_{np,rp}/enable/<prio>
+    ecn_np: dict[int, bool] = field(default_factory=dict)
+    ecn_rp: dict[int, bool] = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+
+    @property
+    def is_ipoib(self) -> bool:
+        return self.arp_type == 32
+
+
+@dataclass
+class Gpu:
+    index: int
+    name: str | None = None           # NVIDIA H100 80GB HBM3
+    uuid: str | None = None
+    pci_address: str | None = None    # canonical `0000:18:00.0`
+    numa_node: int | None = None
+    cpu_affinity: str | None = None   # from nvidia-smi topo, e.g. `0-47,96-143`
+    pcie: PcieLink | None = None
+    performance_state: int | None = None  # P-state number (0 = max performance, 8 = idle)
+    nvlink_active: int | None = None
+    nvlink_total: int | None = None
+    nvlink_gbps_per_link: float | None = None
+    dmabuf_supported: bool | None = None
+    sources: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"GPU{self.index}"
+
+
+@dataclass(frozen=True)
+class Topology:
+    """`nvidia-smi topo -m`: the connection type between every pair of devices.
+
+    Device labels are as printed (`GPU0`, `NIC3`). `nic_names` maps `NIC3` -> `mlx5_3`
+    (from the NIC legend; empty where the legend is missing).
+    """
+
+    gpus: tuple[str, ...]
+    nics: tuple[str, ...]
+    links: dict[tuple[str, str], str]              # (GPU0, NIC3) -> "PIX"
+    nic_names: dict[str, str] = field(default_factory=dict)
+    cpu_affinity: dict[str, str] = field(default_factory=dict)
+    numa_affinity: dict[str, int | None] = field(default_factory=dict)
+
+    def link(self, a: str, b: str) -> str | None:
+        return self.links.get((a, b))
+
+    def nic_label(self, hca_name: str) -> str | None:
+        for label, name in self.nic_names.items():
+            if name == hca_name:
+                return label
+        return None
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Two sources disagree about one fact: kept, not silently resolved."""
+
+    subject: str
+    fact: str
+    values: dict[str, Any]            # source name -> value it reported
+    chosen: str | None = None         # which source's value the inventory uses
+
+
+@dataclass(frozen=True)
+class PeerMemory:
+    """GPUDirect RDMA readiness facts (kernel modules from /sys/module)."""
+
+    nvidia_peermem: bool | None = None
+    nv_peer_mem: bool | None = None
+    gdrdrv: bool | None = None
+
+
+@dataclass
+class Inventory:
+    host: str
+    captured_at: str                  # ISO 8601 UTC
+    boot_id: str | None = None
+    driver_version: str | None = None
+    cuda_driver_version: int | None = None
+    gpus: list[Gpu] = field(default_factory=list)
+    hcas: list[Hca] = field(default_factory=list)
+    netdevs: list[Netdev] = field(default_factory=list)
+    pcie: dict[str, PcieLink] = field(default_factory=dict)   # sysfs links of GPUs and NICs
+    topology: Topology | None = None
+    peer_memory: PeerMemory = field(default_factory=PeerMemory)
+    sources: dict[str, SourceStatus] = field(default_factory=dict)
+    conflicts: list[Conflict] = field(default_factory=list)
+
+    # -- lookups checks need often -------------------------------------------------
+    @property
+    def ports(self) -> list[Port]:
+        return [port for hca in self.hcas for port in hca.ports.values()]
+
+    def hca(self, name: str) -> Hca | None:
+        return next((hca for hca in self.hcas if hca.name == name), None)
+
+    def port(self, name: str) -> Port | None:
+        hca_name, _, number = name.rpartition(":")
+        hca = self.hca(hca_name)
+        return hca.ports.get(int(number)) if hca and number.isdigit() else None
+
+    def netdev(self, name: str) -> Netdev | None:
+        return next((netdev for netdev in self.netdevs if netdev.name == name), None)
+
+    def source(self, name: str) -> SourceStatus:
+        return self.sources.get(name, SourceStatus(name, SourceState.NOT_RUN))

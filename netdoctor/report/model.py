@@ -1,0 +1,137 @@
+"""Findings, statuses and the graded report: the vocabulary every layer above checks shares."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Status(enum.StrEnum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+    SKIP = "skip"
+
+
+class Grade(enum.StrEnum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+
+    @property
+    def exit_code(self) -> int:
+        return _EXIT_CODES[self]
+
+
+_EXIT_CODES = {Grade.PASS: 0, Grade.WARN: 1, Grade.FAIL: 2, Grade.UNKNOWN: 3}
+
+# Display/sort order, worst first. `unknown` sits between fail and warn as in the grade rule.
+STATUS_SEVERITY = {Status.FAIL: 4, Status.UNKNOWN: 3, Status.WARN: 2, Status.PASS: 1, Status.SKIP: 0}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One judgement of one subject by one check.
+
+    `subject` is the name an operator types: `mlx5_3:1`, `GPU3`, `ens1f0np0`, a PCI
+    address, or `node`. `evidence` holds the measured facts (JSON-serialisable) apart
+    from the sentence for humans. `rule` names the rule-pack setting that decided the
+    status (used for shadow mode); `shadow` findings never change the grade.
+    """
+
+    check: str
+    status: Status
+    subject: str
+    summary: str = ""
+    evidence: dict[str, Any] = field(default_factory=dict)
+    remedy: str | None = None
+    rule: str | None = None
+    shadow: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "check": self.check,
+            "status": str(self.status),
+            "subject": self.subject,
+            "summary": self.summary,
+            "evidence": self.evidence,
+        }
+        if self.remedy:
+            data["remedy"] = self.remedy
+        if self.rule:
+            data["rule"] = self.rule
+        if self.shadow:
+            data["shadow"] = True
+        return data
+
+
+def grade_of(findings: list[Finding], required_checks: frozenset[str] | set[str]) -> Grade:
+    """The node grade: fail > unknown (of a required check) > warn > pass. Shadow findings never count."""
+    grade = Grade.PASS
+    for finding in findings:
+        if finding.shadow:
+            continue
+        if finding.status is Status.FAIL:
+            return Grade.FAIL
+        if finding.status is Status.UNKNOWN and finding.check in required_checks:
+            grade = Grade.UNKNOWN
+        elif finding.status is Status.WARN and grade is Grade.PASS:
+            grade = Grade.WARN
+    return grade
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """How one check ran: its worst status, how long it took, whether the pack requires it."""
+
+    check: str
+    status: Status
+    duration_s: float
+    required: bool
+    error: str | None = None
+
+
+@dataclass
+class Report:
+    host: str
+    grade: Grade
+    started_at: str
+    duration_s: float
+    rules: str
+    findings: list[Finding]
+    checks: list[CheckOutcome] = field(default_factory=list)
+    probe: dict[str, Any] | None = None
+    netdoctor_version: str = ""
+    snapshot: str | None = None
+
+    SCHEMA = "netdoctor.report/1"
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "schema": self.SCHEMA,
+            "host": self.host,
+            "grade": str(self.grade),
+            "started_at": self.started_at,
+            "duration_s": round(self.duration_s, 3),
+            "rules": self.rules,
+            "findings": [finding.to_json() for finding in self.findings],
+            "checks": [
+                {
+                    "check": outcome.check,
+                    "status": str(outcome.status),
+                    "duration_s": round(outcome.duration_s, 4),
+                    "required": outcome.required,
+                    **({"error": outcome.error} if outcome.error else {}),
+                }
+                for outcome in self.checks
+            ],
+            "netdoctor": self.netdoctor_version,
+        }
+        if self.probe is not None:
+            data["probe"] = self.probe
+        if self.snapshot:
+            data["snapshot"] = self.snapshot
+        return data
