@@ -1,0 +1,129 @@
+"""Benchmark `netdoctor fleet report` over 10,000 synthetic node reports.
+
+Writes three inputs (pdsh output with one JSON line per node, pdsh output with
+pretty-printed JSON, a directory of one pretty JSON file per node), runs the real CLI
+(`python -m netdoctor.fleet report ... --format json`) on each in a child process, and
+records wall time and the child's peak RSS. Usage:
+
+    python benchmarks/fleet_report_bench.py [--nodes 10000] [--work DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PORTS = 8
+GPUS = 8
+
+
+def synthetic_report(index: int, rng: random.Random) -> dict[str, Any]:
+    """A report shaped like a DGX H100's: ~60 findings with evidence, a probe result."""
+    host = f"node{index:05d}"
+    findings: list[dict[str, Any]] = []
+    bad_port = rng.randrange(PORTS) if rng.random() < 0.01 else None
+    for port in range(PORTS):
+        subject = f"mlx5_{port}:1"
+        failing = port == bad_port
+        findings.append({"check": "port-state", "status": "pass", "subject": subject, "summary": "",
+                         "evidence": {"state": "ACTIVE", "physical_state": "LinkUp"}})
+        findings.append({"check": "link-speed", "status": "fail" if failing else "pass", "subject": subject,
+                         "summary": "port runs at 200 Gb/s (4X HDR), expected 400 Gb/s (4X NDR)" if failing else "",
+                         "evidence": {"rate_gbps": 200 if failing else 400, "expected_gbps": 400, "width": "4X"}})
+        growth = rng.choice([0, 0, 0, 0, 0, 0, 0, 1]) if rng.random() < 0.999 else 5000
+        findings.append({"check": "error-counters", "status": "pass", "subject": subject, "summary": "",
+                         "evidence": {"growth": {"symbol_error": growth, "link_downed": 0, "port_rcv_errors": 0},
+                                      "elapsed_s": 300}})
+        findings.append({"check": "mtu", "status": "pass", "subject": subject, "summary": "", "evidence": {"active_mtu": 4096}})
+    for gpu in range(GPUS):
+        findings.append({"check": "pcie-link", "status": "pass", "subject": f"0000:{0x18 + gpu * 0x10:02x}:00.0", "summary": "",
+                         "evidence": {"cur_gen": 5, "max_gen": 5, "cur_width": 16, "max_width": 16}})
+        findings.append({"check": "gpu-nic-affinity", "status": "pass", "subject": f"GPU{gpu}", "summary": "",
+                         "evidence": {"nic": f"mlx5_{gpu}", "path": "PIX", "numa_node": gpu // 4}})
+    findings.append({"check": "gpudirect", "status": "pass", "subject": "node", "summary": "", "evidence": {"module": "nvidia_peermem"}})
+    findings.append({"check": "pfc-ecn", "status": "skip", "subject": "node", "summary": "no RoCE ports", "evidence": {}})
+    busbw = rng.gauss(452.0, 3.0) if rng.random() > 0.002 else rng.uniform(250, 350)
+    findings.append({"check": "nccl-probe", "status": "pass", "subject": "node", "summary": "",
+                     "evidence": {"busbw_gbps": round(busbw, 1), "expected_gbps": 360}})
+    grade = "fail" if bad_port is not None else "pass"
+    return {
+        "schema": "netdoctor.report/1", "host": host, "grade": grade, "started_at": "2026-11-21T22:40:00Z",
+        "duration_s": 2.31, "rules": "dgx-h100", "findings": findings,
+        "checks": [{"check": check, "status": "pass", "duration_s": 0.01, "required": True}
+                   for check in ("port-state", "link-speed", "pcie-link", "error-counters", "mtu", "pfc-ecn",
+                                 "gpudirect", "gpu-nic-affinity", "nccl-probe")],
+        "netdoctor": "0.1.0", "probe": {"busbw_gbps": round(busbw, 1), "algbw_gbps": round(busbw * 8 / 14, 1)},
+    }
+
+
+def write_inputs(work: Path, nodes: int) -> dict[str, Path]:
+    rng = random.Random(20261121)
+    compact_path = work / "sweep-compact.out"
+    pretty_path = work / "sweep-pretty.out"
+    directory = work / "reports"
+    directory.mkdir(exist_ok=True)
+    with compact_path.open("w") as compact, pretty_path.open("w") as pretty:
+        for index in range(1, nodes + 1):
+            report = synthetic_report(index, rng)
+            host = report["host"]
+            compact.write(f"{host}: {json.dumps(report)}\n")
+            text = json.dumps(report, indent=2)
+            pretty.write("".join(f"{host}: {line}\n" for line in text.splitlines()))
+            (directory / f"{host}.json").write_text(text)
+    return {"pdsh, one JSON line per node": compact_path, "pdsh, pretty-printed JSON": pretty_path,
+            "directory of JSON files": directory}
+
+
+def run_once(path: Path, repo: Path) -> tuple[float, float, dict[str, Any]]:
+    """Wall seconds, child peak RSS in MiB, and the fleet report, for one CLI run."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c",
+         "import resource,sys\nfrom netdoctor.fleet.cli import main\ncode=main(sys.argv[1:])\n"
+         "sys.stderr.write('MAXRSS %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\nsys.exit(code)",
+         "report", str(path), "--format", "json"],
+        capture_output=True, text=True, cwd=repo, timeout=600,
+    )
+    wall = time.perf_counter() - started
+    if done.returncode not in (0, 1, 2):
+        raise SystemExit(f"fleet report failed ({done.returncode}): {done.stderr}")
+    rss_kib = int(done.stderr.rsplit("MAXRSS ", 1)[1].split()[0])
+    return wall, rss_kib / 1024, json.loads(done.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument("--repeat", type=int, default=3)
+    arguments = parser.parse_args()
+    repo = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as scratch:
+        work = arguments.work or Path(scratch)
+        work.mkdir(parents=True, exist_ok=True)
+        inputs = write_inputs(work, arguments.nodes)
+        baseline = subprocess.run(
+            [sys.executable, "-c", "import resource,netdoctor.fleet.cli;print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
+            capture_output=True, text=True, cwd=repo, check=True)
+        print(f"python + netdoctor.fleet import alone: peak RSS {int(baseline.stdout) / 1024:.1f} MiB")
+        for label, path in inputs.items():
+            size = sum(p.stat().st_size for p in path.iterdir()) if path.is_dir() else path.stat().st_size
+            runs = [run_once(path, repo) for _ in range(arguments.repeat)]
+            best = min(run[0] for run in runs)
+            rss = max(run[1] for run in runs)
+            report = runs[0][2]
+            print(f"{label}: {arguments.nodes} nodes, {size / 2**20:.0f} MiB input: best wall {best:.2f} s "
+                  f"(runs {', '.join(f'{run[0]:.2f}' for run in runs)}), peak RSS {rss:.1f} MiB, "
+                  f"counts {report['counts']}, outliers {len(report['outliers'])}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+"""The needs gate: may a check run on this inventory, and if not, why.
+
+Each need of `netdoctor.checks.api.NEEDS` is judged from the inventory alone (its facts
+and `Inventory.sources`): `None` means available; `(Status.SKIP, reason)` means the
+thing is not on this node (pfc-ecn on a pure InfiniBand node); `(Status.UNKNOWN, reason)`
+means we could not find out (a tool timed out, NVML failed), with that source's reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from netdoctor.checks.api import Check
+from netdoctor.inventory.model import Inventory, LinkLayer, SourceState, SourceStatus
+from netdoctor.report.model import Status
+
+Verdict = tuple[Status, str] | None
+
+_BAD_STATES = (SourceState.TIMEOUT, SourceState.ERROR, SourceState.PARSE_ERROR)
+_RDMA_TOOLS = ("ibstat", "ibv_devinfo-v")
+
+
+def _first_bad(sources: list[SourceStatus]) -> SourceStatus | None:
+    return next((source for source in sources if source.state in _BAD_STATES), None)
+
+
+def _sources_with_prefix(inventory: Inventory, prefix: str) -> list[SourceStatus]:
+    return [inventory.sources[name] for name in sorted(inventory.sources) if name.startswith(prefix)]
+
+
+def need_rdma(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+    if inventory.hcas:
+        return None
+    sysfs = inventory.source("sysfs")
+    # The kernel's /sys/class/infiniband is authoritative: when it was read (or is absent
+    # because no RDMA driver registered a device) an ibstat error only echoes "no CA".
+    if sysfs.state in (SourceState.OK, SourceState.MISSING):
+        return (Status.SKIP, "no RDMA devices on this node")
+    tools = [inventory.source(name) for name in _RDMA_TOOLS]
+    bad = _first_bad([sysfs, *tools])
+    if bad is not None:
+        return (Status.UNKNOWN, bad.reason())
+    if any(tool.state in (SourceState.OK, SourceState.MISSING) for tool in tools):
+        return (Status.SKIP, "no RDMA devices on this node")
+    return (Status.UNKNOWN, f"RDMA devices were not discovered ({sysfs.reason()})")
+
+
+def _link_layer_need(layer: LinkLayer, what: str) -> Callable[[Inventory, Mapping[str, Any] | None], Verdict]:
+    def need(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+        verdict = need_rdma(inventory, probe)
+        if verdict is not None:
+            return verdict
+        ports = inventory.ports
+        if any(port.link_layer is layer for port in ports):
+            return None
+        if ports and all(port.link_layer is None for port in ports):
+            return (Status.UNKNOWN, "the link layer of the RDMA ports is not known")
+        return (Status.SKIP, f"no {what} ports")
+
+    return need
+
+
+def need_gpus(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+    if inventory.gpus:
+        return None
+    nvml = inventory.source("nvml")
+    if nvml.state is SourceState.MISSING:
+        return (Status.SKIP, "no NVIDIA GPUs (no NVIDIA driver)")
+    if nvml.state is SourceState.OK:
+        return (Status.SKIP, "no NVIDIA GPUs")
+    return (Status.UNKNOWN, nvml.reason())
+
+
+def need_topology(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+    verdict = need_gpus(inventory, probe)
+    if verdict is not None:
+        return verdict
+    if inventory.topology is not None:
+        return None
+    return (Status.UNKNOWN, inventory.source("nvidia-smi-topo-m").reason())
+
+
+def need_pcie(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+    if inventory.pcie or any(gpu.pcie is not None for gpu in inventory.gpus):
+        return None
+    if not inventory.gpus and not inventory.hcas:
+        gpus = need_gpus(inventory, probe)
+        rdma = need_rdma(inventory, probe)
+        unknown = next((v for v in (gpus, rdma) if v is not None and v[0] is Status.UNKNOWN), None)
+        return unknown or (Status.SKIP, "no GPUs or RDMA NICs on this node")
+    return (Status.UNKNOWN, "no PCIe link facts for the GPUs and NICs "
+                            f"({inventory.source('sysfs').reason()}; {inventory.source('nvml').reason()})")
+
+
+def need_counters(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+    verdict = need_rdma(inventory, probe)
+    if verdict is not None:
+        return verdict
+    if any(port.counters for port in inventory.ports):
+        return None
+    bad = _first_bad(_sources_with_prefix(inventory, "perfquery-x-"))
+    if bad is not None:
+        return (Status.UNKNOWN, bad.reason())
+    return (Status.UNKNOWN, "no port counters: sysfs counters/ not readable and perfquery gave none")
+
+
+def need_qos(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+    verdict = need_roce(inventory, probe)
+    if verdict is not None:
+        return verdict
+    if any(netdev.qos is not None for netdev in inventory.netdevs):
+        return None
+    sources = _sources_with_prefix(inventory, "mlnx_qos-")
+    bad = _first_bad(sources) or next((source for source in sources if not source.usable), None)
+    if bad is not None:
+        return (Status.UNKNOWN, bad.reason())
+    return (Status.UNKNOWN, "no PFC/trust settings for the RoCE netdevs (mlnx_qos was not run)")
+
+
+def need_probe(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+    """The probe result: None (not run), {"skipped": why}, {"error": why}, or a result."""
+    if probe is None:
+        return (Status.SKIP, "the NCCL probe was not run")
+    if probe.get("skipped"):
+        return (Status.SKIP, f"the NCCL probe was not run: {probe['skipped']}")
+    if probe.get("error"):
+        return (Status.UNKNOWN, f"the NCCL probe did not give a result: {probe['error']}")
+    return None
+
+
+need_ib = _link_layer_need(LinkLayer.INFINIBAND, "InfiniBand")
+need_roce = _link_layer_need(LinkLayer.ETHERNET, "RoCE")
+
+NEED_JUDGES: dict[str, Callable[[Inventory, Mapping[str, Any] | None], Verdict]] = {
+    "rdma": need_rdma,
+    "ib": need_ib,
+    "roce": need_roce,
+    "gpus": need_gpus,
+    "topology": need_topology,
+    "pcie": need_pcie,
+    "counters": need_counters,
+    "qos": need_qos,
+    "probe": need_probe,
+}
+
+
+def gate(check: Check, inventory: Inventory, probe: Mapping[str, Any] | None = None) -> tuple[Status, str, str] | None:
+    """None when every need of `check` is available, else (status, reason, need).
+
+    A need that is not applicable (skip) wins over one that is unknown: a check whose
+    subject does not exist on this node is skipped whatever else is missing.
+    """
+    unknown: tuple[Status, str, str] | None = None
+    for need in check.needs:
+        verdict = NEED_JUDGES[need](inventory, probe)
+        if verdict is None:
+            continue
+        if verdict[0] is Status.SKIP:
+            return (verdict[0], verdict[1], need)
+        if unknown is None:
+            unknown = (verdict[0], verdict[1], need)
+    return unknown

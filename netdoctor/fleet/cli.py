@@ -1,0 +1,171 @@
+"""`netdoctor fleet sweep` and `netdoctor fleet report`.
+
+Exit codes (the fleet's worst node, in the node grade order fail > unknown > warn > pass):
+0 every node passed; 1 a node warns or is a fleet outlier; 3 a node is unknown (and none
+is worse); 2 a node fails, did not answer (unreachable) or did not answer with a report
+(invalid). Bad usage or unreadable input exits 3 like every netdoctor command.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import structlog
+import typer
+
+from netdoctor.errors import NetdoctorError, UsageError
+from netdoctor.fleet.collect import FleetCollector
+from netdoctor.fleet.outliers import DEFAULT_THRESHOLD
+from netdoctor.fleet.render import RENDERERS
+from netdoctor.fleet.report import FleetReport, build_fleet_report
+from netdoctor.fleet.sweep import SweepOptions, parse_hosts, run_sweep
+
+log = structlog.get_logger(__name__)
+
+USAGE_EXIT = 3
+
+fleet_app = typer.Typer(
+    name="fleet",
+    help="Judge many nodes together: sweep them through pdsh/clush/srun, or report on saved output.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+
+class FleetFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+    HTML = "html"
+
+
+class ParallelShell(StrEnum):
+    PDSH = "pdsh"
+    CLUSH = "clush"
+    SRUN = "srun"
+
+
+FormatOption = Annotated[FleetFormat, typer.Option("--format", "-F", help="Output format.", case_sensitive=False)]
+OutputOption = Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file instead of stdout.")]
+ThresholdOption = Annotated[
+    float,
+    typer.Option("--outlier-threshold", min=0.5, help="Robust z-score (median/MAD) beyond which a node is a fleet outlier."),
+]
+
+
+@fleet_app.command("sweep")
+def sweep_command(
+    hosts: Annotated[str, typer.Option("--hosts", "-w", help="Host list, e.g. node[001-128,200].")],
+    via: Annotated[ParallelShell, typer.Option("--via", help="Parallel shell to run through.")] = ParallelShell.PDSH,
+    fanout: Annotated[int, typer.Option("--fanout", "-f", min=1, help="Nodes contacted at once (pdsh/clush).")] = 64,
+    timeout: Annotated[float, typer.Option("--timeout", "-u", min=1, help="Per-node command timeout in seconds.")] = 120.0,
+    rcmd: Annotated[str | None, typer.Option("--rcmd", "-R", help="pdsh rcmd module / clush worker: ssh (default), exec, rsh.")] = None,
+    remote_command: Annotated[
+        str | None,
+        typer.Option("--remote-command", help="Command each node runs instead of `netdoctor check --format json`; {host} or %h is the node name."),
+    ] = None,
+    no_probe: Annotated[bool, typer.Option("--no-probe", help="Pass --no-probe to each node.")] = False,
+    rules: Annotated[str | None, typer.Option("--rules", help="Pass --rules NAME|FILE to each node.")] = None,
+    deadline: Annotated[float | None, typer.Option("--deadline", min=1, help="Pass --deadline SECONDS to each node.")] = None,
+    output_format: FormatOption = FleetFormat.TEXT,
+    output: OutputOption = None,
+    outlier_threshold: ThresholdOption = DEFAULT_THRESHOLD,
+) -> None:
+    """Run `netdoctor check --format json` on every node and print the fleet report."""
+    options = SweepOptions(
+        hosts=hosts,
+        via=str(via),
+        fanout=fanout,
+        timeout_s=timeout,
+        rcmd=rcmd,
+        remote_command=remote_command,
+        no_probe=no_probe,
+        rules=rules,
+        deadline_s=deadline,
+    )
+    try:
+        result = run_sweep(options)
+        report = build_fleet_report(result.nodes, outlier_threshold=outlier_threshold)
+        _emit(report, output_format, output)
+    except NetdoctorError as error:
+        _fail_usage(error)
+    raise typer.Exit(report.exit_code)
+
+
+@fleet_app.command("report")
+def report_command(
+    files: Annotated[
+        list[Path],
+        typer.Argument(help="pdsh/clush output (`host: line`), JSON report files, or directories of them; - reads stdin."),
+    ],
+    expect: Annotated[
+        str | None,
+        typer.Option("--expect", "-w", help="Hosts that were asked (e.g. node[001-128]); any without output is listed as unreachable."),
+    ] = None,
+    output_format: FormatOption = FleetFormat.TEXT,
+    output: OutputOption = None,
+    outlier_threshold: ThresholdOption = DEFAULT_THRESHOLD,
+) -> None:
+    """Build the fleet report from saved per-node output."""
+    try:
+        expected = list(parse_hosts(expect)) if expect else []
+        collector = FleetCollector()
+        for path in files:
+            if str(path) == "-":
+                collector.feed_lines(sys.stdin, "stdin")
+                continue
+            if not path.exists():
+                raise UsageError(f"fleet input {path} does not exist")
+            collector.add_path(path)
+        report = build_fleet_report(collector.finish(expected_hosts=expected), outlier_threshold=outlier_threshold)
+        if not report.nodes:
+            raise UsageError("no node output found in the given files")
+        _emit(report, output_format, output)
+    except NetdoctorError as error:
+        _fail_usage(error)
+    raise typer.Exit(report.exit_code)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the fleet commands alone (`python -m netdoctor.fleet`); usage errors exit 3."""
+    try:
+        result = fleet_app(args=argv, prog_name="netdoctor fleet", standalone_mode=False)
+    except typer.Exit as exit_request:
+        return int(exit_request.exit_code)
+    except typer.Abort:
+        return USAGE_EXIT
+    except typer.TyperException as error:
+        show = getattr(error, "show", None)
+        if callable(show):
+            show()
+        else:
+            typer.echo(f"netdoctor fleet: {error}", err=True)
+        return USAGE_EXIT
+    return result if isinstance(result, int) else 0
+
+
+def _emit(report: FleetReport, output_format: FleetFormat, output: Path | None) -> None:
+    text = RENDERERS[str(output_format)](report)
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+        return
+    # Write beside the target and rename, so a dashboard never reads half a page.
+    directory = output.parent if str(output.parent) else Path(".")
+    try:
+        handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=directory)
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.chmod(temporary, 0o644)
+        os.replace(temporary, output)
+    except OSError as error:
+        raise UsageError(f"cannot write {output}: {error.strerror or error}") from error
+
+
+def _fail_usage(error: NetdoctorError) -> None:
+    typer.echo(f"netdoctor fleet: {error}", err=True)
+    raise typer.Exit(USAGE_EXIT)

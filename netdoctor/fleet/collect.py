@@ -1,0 +1,355 @@
+"""Reassemble per-node reports from parallel-shell output or saved files, streaming.
+
+pdsh and clush print `host: line`, interleaving hosts in no fixed order; one host's
+report may be a single JSON line or pretty-printed over many. Lines are buffered per
+host only until that host's JSON object closes, then reduced to a `NodeSummary`, so
+memory holds summaries, not reports. Their stderr tells who timed out or failed:
+
+    pdsh@vm: n2: command timeout
+    pdsh@vm: n3: bash exited with exit code 2
+    clush: n2: command timeout
+    srun: error: n2: task 1: Exited with exit code 2
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import structlog
+
+from netdoctor.errors import UsageError
+from netdoctor.fleet.model import NodeGrade, NodeSummary, no_report, summarize_report
+
+log = structlog.get_logger(__name__)
+
+# How many non-report lines of one host are kept to explain an `invalid` verdict.
+_KEPT_NOISE_LINES = 3
+_MAX_NOISE_CHARS = 200
+
+_SHELL_PREFIX = re.compile(
+    r"^(?:pdsh@[^:\s]+|clush|srun(?:: error)?|netdoctor-sweep):\s+(?!error:|warning:)(?P<host>[^:\s]+):\s?(?P<message>.*)$"
+)
+# The shell's own complaint, about no host: `pdsh@vm: Cannot specify -t with "-R exec"`.
+_SHELL_ERROR = re.compile(r"^(?P<shell>pdsh@[^:\s]+|clush|srun)(?:: error)?:\s+(?P<message>.*)$")
+# What a line glued to a report's last line looks like: pdsh prints a node's last line
+# without a newline when the node did not end it with one, so `n1: }n4: {` happens.
+_GLUED_HOST_LINE = re.compile(r"^[^\s:]+: ")
+_SHELL_STARTS = ("pdsh@", "clush:", "srun:", "netdoctor-sweep:")
+_EXIT_CODE = re.compile(r"exit(?:ed)? (?:with )?(?:exit )?code (?P<code>\d+)", re.IGNORECASE)
+_TIMEOUT = re.compile(r"command timeout|timed out", re.IGNORECASE)
+
+
+class FleetCollector:
+    """Accumulates node summaries from any mix of inputs; `finish` gives one per host."""
+
+    def __init__(self, command_timeout_s: float | None = None) -> None:
+        self._command_timeout_s = command_timeout_s
+        self._summaries: dict[str, NodeSummary] = {}
+        self._pending: dict[str, list[str]] = {}
+        self._noise: dict[str, list[str]] = {}
+        self._noise_count: dict[str, int] = {}
+        self._shell_messages: dict[str, list[str]] = {}
+        self._timed_out: set[str] = set()
+        self._exit_codes: dict[str, int] = {}
+        self.unattributed_lines = 0
+        # The host whose JSON object is being reassembled from consecutive lines.
+        self._run_host = ""
+        self._run_prefix = ""
+        self._run_brace = ""
+        self._run_close = ""
+        self._run_close_bare = ""
+        self._run_lines: list[str] = []
+        self._shell_errors: list[str] = []
+        self._run_source = ""
+
+    # ---- inputs -------------------------------------------------------------------------
+
+    def feed_line(self, line: str, source: str = "") -> None:
+        """One line of pdsh/clush style output (stdout or stderr, `host: text`)."""
+        # Fast path: the next line of the JSON object being reassembled for the host that
+        # wrote the previous line. A saved sweep is mostly such runs, millions of lines
+        # for a pretty-printed fleet, so this path does only a prefix test and an append.
+        if self._run_prefix and line.startswith(self._run_prefix):
+            if line.startswith(self._run_brace) and line != self._run_close and line != self._run_close_bare:
+                self._split_glued(line, source)
+                return
+            self._run_lines.append(line)
+            if line == self._run_close or line == self._run_close_bare:
+                self._close_run()
+            return
+        if line.startswith(_SHELL_STARTS):
+            stripped = line.rstrip("\r\n")
+            shell = _SHELL_PREFIX.match(stripped)
+            if shell:
+                self._note_shell_message(shell["host"], shell["message"])
+                return
+            shell_error = _SHELL_ERROR.match(stripped)
+            if shell_error:
+                self._note_shell_error(stripped)
+                return
+        host, separator, text = line.partition(": ")
+        if not separator or not host or " " in host:
+            # pdsh prints `sending signal 15 to n2 [bash] pid 8538` without a prefix.
+            if line.strip() and not line.startswith("sending signal"):
+                self.unattributed_lines += 1
+            return
+        self._feed_host_text(host, text, source)
+
+    def feed_lines(self, lines: Iterable[str], source: str = "") -> None:
+        """Many lines of pdsh/clush style output; the same as `feed_line` on each, faster.
+
+        The run of the host being reassembled is kept in locals here: a saved sweep of a
+        pretty-printed fleet is millions of such lines and a call per line costs more
+        than everything else.
+        """
+        run_prefix, run_brace = self._run_prefix, self._run_brace
+        run_close, run_close_bare = self._run_close, self._run_close_bare
+        run_append = self._run_lines.append
+        for line in lines:
+            if run_prefix and line.startswith(run_prefix) and not line.startswith(run_brace):
+                run_append(line)
+                continue
+            # A `}` line (maybe the end of the object), another host, or a shell message.
+            self.feed_line(line, source)
+            run_prefix, run_brace = self._run_prefix, self._run_brace
+            run_close, run_close_bare = self._run_close, self._run_close_bare
+            run_append = self._run_lines.append
+
+    def feed_stderr_line(self, line: str) -> None:
+        """One line of the parallel shell's stderr: shell messages, or the remote stderr."""
+        line = line.rstrip("\r\n")
+        shell = _SHELL_PREFIX.match(line)
+        if shell:
+            self._note_shell_message(shell["host"], shell["message"])
+            return
+        if _SHELL_ERROR.match(line):
+            self._note_shell_error(line)
+            return
+        host, separator, text = line.partition(": ")
+        if separator and host and " " not in host:
+            # Remote stderr (netdoctor's logs, `bash: netdoctor: command not found`): keep a
+            # little of it to explain a node that printed no report.
+            if text.strip() == "command timeout":
+                self._timed_out.add(host)
+            messages = self._shell_messages.setdefault(host, [])
+            if len(messages) < _KEPT_NOISE_LINES:
+                messages.append(text[:_MAX_NOISE_CHARS])
+
+    def add_document(self, text: str, source: str, host_hint: str | None = None) -> None:
+        """A file holding one JSON report (or several concatenated JSON objects)."""
+        decoder = json.JSONDecoder()
+        position = 0
+        found = 0
+        length = len(text)
+        while True:
+            while position < length and text[position].isspace():
+                position += 1
+            if position >= length:
+                break
+            try:
+                data, position = decoder.raw_decode(text, position)
+            except json.JSONDecodeError as error:
+                host = host_hint or Path(source).stem
+                self._store(no_report(host, NodeGrade.INVALID, f"{source}: not valid JSON ({error.msg} at line {error.lineno})", source))
+                return
+            found += 1
+            summary = summarize_report(data, source, None)
+            if summary.host == "?":
+                summary = summarize_report(data, source, host_hint or Path(source).stem)
+            self._store(summary)
+        if not found:
+            host = host_hint or Path(source).stem
+            self._store(no_report(host, NodeGrade.UNREACHABLE, f"{source}: empty report file", source))
+
+    def add_path(self, path: Path) -> None:
+        """A saved input: a directory of JSON reports, a JSON report file, or pdsh output."""
+        if path.is_dir():
+            entries = sorted((entry for entry in os.scandir(path) if entry.is_file() and not entry.name.startswith(".")), key=lambda entry: entry.name)
+            for entry in entries:
+                self.add_path(Path(entry.path))
+            return
+        try:
+            handle = path.open("r", encoding="utf-8", errors="replace")
+        except OSError as error:
+            raise UsageError(f"cannot read fleet input {path}: {error.strerror or error}") from error
+        with handle:
+            first = _first_non_blank_char(handle)
+            handle.seek(0)
+            if first == "{" or first == "[" or (not first and path.suffix == ".json"):
+                self.add_document(handle.read(), str(path))
+                return
+            self.feed_lines(handle, str(path))
+
+    # ---- result -------------------------------------------------------------------------
+
+    def finish(self, expected_hosts: Iterable[str] = ()) -> list[NodeSummary]:
+        """One summary per host seen or expected; nothing is dropped."""
+        for host, lines in list(self._pending.items()):
+            joined = _strip_prefix(lines, f"{host}: ")
+            try:
+                data = json.loads(joined)
+            except json.JSONDecodeError as error:
+                self._store(no_report(host, NodeGrade.INVALID, f"incomplete or garbled JSON report ({error.msg} at line {error.lineno})"))
+            else:
+                self._store(summarize_report(data, "", host))
+        self._pending.clear()
+        self._run_host = self._run_prefix = self._run_brace = self._run_close = self._run_close_bare = ""
+        self._run_lines = []
+        hosts = set(self._summaries) | set(self._noise) | set(self._shell_messages) | self._timed_out | set(self._exit_codes)
+        hosts.update(expected_hosts)
+        result: list[NodeSummary] = []
+        for host in hosts:
+            summary = self._summaries.get(host)
+            if summary is None:
+                summary = self._explain_missing(host)
+            result.append(summary)
+        if self.unattributed_lines:
+            log.warning("fleet input lines without a `host: ` prefix were ignored", lines=self.unattributed_lines)
+        return result
+
+    # ---- internals ----------------------------------------------------------------------
+
+    def _feed_host_text(self, host: str, text: str, source: str) -> None:
+        pending = self._pending.get(host)
+        if pending is not None:
+            self._start_run(host, pending, source)
+            pending.append(f"{host}: {text}")
+            if text.rstrip() == "}":
+                self._close_run()
+            return
+        stripped = text.strip()
+        if not stripped:
+            return
+        if not stripped.startswith("{"):
+            if stripped == "command timeout":
+                self._timed_out.add(host)
+                return
+            self._note_noise(host, stripped)
+            return
+        if stripped.endswith("}"):
+            # The common case: `netdoctor check --format json` printed one line.
+            try:
+                data = json.loads(stripped)
+            except json.JSONDecodeError:
+                pass
+            else:
+                self._store(summarize_report(data, source, host))
+                return
+        try:
+            data, end = json.JSONDecoder().raw_decode(stripped)
+        except json.JSONDecodeError:
+            pass
+        else:
+            rest = stripped[end:]
+            if _GLUED_HOST_LINE.match(rest):
+                self._store(summarize_report(data, source, host))
+                self.feed_line(rest + "\n", source)
+                return
+        pending = [f"{host}: {text}"]
+        self._pending[host] = pending
+        self._start_run(host, pending, source)
+
+    def _start_run(self, host: str, pending: list[str], source: str) -> None:
+        self._run_host = host
+        self._run_prefix = f"{host}: "
+        # A pretty-printed object closes with `}` at column 0; nothing else can end it.
+        self._run_brace = f"{host}: }}"
+        self._run_close = f"{host}: }}\n"
+        self._run_close_bare = f"{host}: }}"
+        self._run_lines = pending
+        self._run_source = source
+
+    def _close_run(self) -> None:
+        host = self._run_host
+        try:
+            data = json.loads(_strip_prefix(self._run_lines, self._run_prefix))
+        except json.JSONDecodeError:
+            return                     # an inner `}` line of a garbled object: keep reading
+        del self._pending[host]
+        self._run_host = self._run_prefix = self._run_brace = self._run_close = self._run_close_bare = ""
+        self._run_lines = []
+        self._store(summarize_report(data, self._run_source, host))
+
+    def _split_glued(self, line: str, source: str) -> None:
+        """`n1: }n4: text`: end n1's object at its `}` and feed the rest as n4's line."""
+        rest = line[len(self._run_brace):]
+        if not _GLUED_HOST_LINE.match(rest):
+            # Only `}` at column 0 of an object printed with indent=0, like `n1: },`.
+            self._run_lines.append(line)
+            return
+        self._run_lines.append(self._run_brace + "\n")
+        self._close_run()
+        self.feed_line(rest, source)
+
+    def _note_shell_error(self, line: str) -> None:
+        if len(self._shell_errors) < _KEPT_NOISE_LINES:
+            self._shell_errors.append(line[:_MAX_NOISE_CHARS])
+
+    def _store(self, summary: NodeSummary) -> None:
+        if summary.host in self._summaries:
+            log.warning("more than one report for a host; keeping the last", host=summary.host, source=summary.source)
+        self._summaries[summary.host] = summary
+
+    def _note_noise(self, host: str, text: str) -> None:
+        self._noise_count[host] = self._noise_count.get(host, 0) + 1
+        kept = self._noise.setdefault(host, [])
+        if len(kept) < _KEPT_NOISE_LINES:
+            kept.append(text[:_MAX_NOISE_CHARS])
+
+    def _note_shell_message(self, host: str, message: str) -> None:
+        if _TIMEOUT.search(message):
+            self._timed_out.add(host)
+        code = _EXIT_CODE.search(message)
+        if code:
+            self._exit_codes[host] = int(code["code"])
+            return
+        messages = self._shell_messages.setdefault(host, [])
+        if len(messages) < _KEPT_NOISE_LINES:
+            messages.append(message[:_MAX_NOISE_CHARS])
+
+    def _explain_missing(self, host: str) -> NodeSummary:
+        noise = self._noise.get(host)
+        if noise:
+            count = self._noise_count[host]
+            more = f" (+{count - 1} more lines)" if count > 1 else ""
+            return no_report(host, NodeGrade.INVALID, f"not a netdoctor report: {noise[0]!r}{more}")
+        details: list[str] = []
+        if host in self._timed_out:
+            details.append(f"command timeout after {self._command_timeout_s:g} s" if self._command_timeout_s else "command timeout")
+        elif host in self._exit_codes:
+            details.append(f"no output, exit code {self._exit_codes[host]}")
+        else:
+            details.append("no output")
+        # After a timeout pdsh adds `bash killed by signal 15`: the timeout already says it.
+        messages = [
+            message
+            for message in self._shell_messages.get(host, [])
+            if not _TIMEOUT.search(message) and not (host in self._timed_out and "killed by signal" in message)
+        ]
+        if messages:
+            details.append(messages[0])
+        elif self._shell_errors:
+            details.append(self._shell_errors[0])
+        return no_report(host, NodeGrade.UNREACHABLE, ": ".join(details))
+
+
+def _strip_prefix(lines: list[str], prefix: str) -> str:
+    """The text of `host: ` prefixed lines without the prefixes, in one C-speed pass.
+
+    A real newline followed by the prefix only occurs at a line start: JSON escapes
+    newlines inside strings.
+    """
+    joined = "".join(lines) if lines[0].endswith("\n") else "\n".join(lines)
+    return joined[len(prefix):].replace("\n" + prefix, "\n")
+
+
+def _first_non_blank_char(handle: Iterator[str]) -> str:
+    for line in handle:
+        stripped = line.lstrip()
+        if stripped:
+            return stripped[0]
+    return ""

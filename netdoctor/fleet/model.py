@@ -1,0 +1,225 @@
+"""Per-node summaries: the only thing the fleet view keeps of each node's report."""
+
+from __future__ import annotations
+
+import enum
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+REPORT_SCHEMA_PREFIX = "netdoctor.report/"
+
+# Metric names as they appear in the fleet report's `outliers`.
+BUSBW_METRIC = "nccl_busbw_gbps"
+ERROR_GROWTH_METRIC = "error_counter_growth"
+
+# Evidence keys the error-counters check may use for growth since the last run. A number,
+# or a mapping counter -> number; keys ending in these suffixes count too.
+_GROWTH_KEYS = ("growth", "delta", "increase", "deltas", "increments")
+_GROWTH_SUFFIXES = ("_growth", "_delta", "_increase")
+
+_STATUS_SEVERITY = {"fail": 4, "unknown": 3, "warn": 2, "pass": 1, "skip": 0}
+
+
+class NodeGrade(enum.StrEnum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+    UNREACHABLE = "unreachable"   # no answer: timeout, ssh failure, empty output
+    INVALID = "invalid"           # answered, but not with a netdoctor report
+
+    @property
+    def severity(self) -> int:
+        return _GRADE_SEVERITY[self]
+
+
+# Worst first when sorting. A node that did not answer cannot take a job either.
+_GRADE_SEVERITY = {
+    NodeGrade.FAIL: 6,
+    NodeGrade.UNREACHABLE: 5,
+    NodeGrade.INVALID: 4,
+    NodeGrade.UNKNOWN: 3,
+    NodeGrade.WARN: 2,
+    NodeGrade.PASS: 1,
+}
+
+GRADE_ORDER = (
+    NodeGrade.PASS,
+    NodeGrade.WARN,
+    NodeGrade.FAIL,
+    NodeGrade.UNKNOWN,
+    NodeGrade.UNREACHABLE,
+    NodeGrade.INVALID,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TopFinding:
+    """The node's worst finding (or, for unreachable/invalid nodes, why there is no report)."""
+
+    summary: str
+    check: str | None = None
+    subject: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        if self.check is not None:
+            data["check"] = self.check
+        if self.subject is not None:
+            data["subject"] = self.subject
+        data["summary"] = self.summary
+        return data
+
+    def describe(self) -> str:
+        where = " ".join(part for part in (self.check, self.subject) if part)
+        return f"{where}: {self.summary}" if where else self.summary
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSummary:
+    """What the fleet keeps of one node: grade, top finding, per-check status, metrics.
+
+    `check_statuses` maps check id -> the worst status of that check on the node;
+    `check_summaries` holds the first non-pass summary of each check (for the HTML
+    tooltips); `metrics` holds numbers compared across the fleet.
+    """
+
+    host: str
+    grade: NodeGrade
+    top: TopFinding | None = None
+    check_statuses: Mapping[str, str] = field(default_factory=dict)
+    check_summaries: Mapping[str, str] = field(default_factory=dict)
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    source: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "host": self.host,
+            "grade": str(self.grade),
+            "top": self.top.to_json() if self.top else None,
+        }
+        if self.check_statuses:
+            data["checks"] = dict(self.check_statuses)
+        if self.metrics:
+            data["metrics"] = dict(self.metrics)
+        return data
+
+
+def no_report(host: str, grade: NodeGrade, reason: str, source: str = "") -> NodeSummary:
+    return NodeSummary(host=host, grade=grade, top=TopFinding(summary=reason), source=source)
+
+
+def summarize_report(data: Any, source: str = "", host_hint: str | None = None) -> NodeSummary:
+    """Reduce one parsed `netdoctor.report/1` object to a `NodeSummary`.
+
+    Anything that is not such a report becomes an `invalid` summary saying why, under
+    `host_hint` (the pdsh host or file name) when the object names no host.
+    """
+    if not isinstance(data, dict):
+        return no_report(host_hint or "?", NodeGrade.INVALID, f"not a netdoctor report: JSON {type(data).__name__}", source)
+    reported_host = data.get("host")
+    host = host_hint or (reported_host if isinstance(reported_host, str) and reported_host else "?")
+    schema = data.get("schema")
+    if not isinstance(schema, str) or not schema.startswith(REPORT_SCHEMA_PREFIX):
+        return no_report(host, NodeGrade.INVALID, f"not a netdoctor report: schema {schema!r}", source)
+    try:
+        grade = NodeGrade(data.get("grade"))
+    except ValueError:
+        return no_report(host, NodeGrade.INVALID, f"report has no valid grade: {data.get('grade')!r}", source)
+    if grade in (NodeGrade.UNREACHABLE, NodeGrade.INVALID):
+        return no_report(host, NodeGrade.INVALID, f"report has no valid grade: {data.get('grade')!r}", source)
+    findings = data.get("findings")
+    if not isinstance(findings, list):
+        return no_report(host, NodeGrade.INVALID, "report has no findings list", source)
+
+    check_statuses: dict[str, str] = {}
+    for outcome in data.get("checks") or ():
+        if isinstance(outcome, dict) and isinstance(outcome.get("check"), str) and outcome.get("status") in _STATUS_SEVERITY:
+            check_statuses[sys.intern(outcome["check"])] = sys.intern(outcome["status"])
+    check_summaries: dict[str, str] = {}
+    top: dict[str, Any] | None = None
+    top_severity = _STATUS_SEVERITY["pass"]
+    error_growth = 0.0
+    saw_counters = False
+    for finding in findings:
+        if not isinstance(finding, dict):
+            continue
+        check = finding.get("check")
+        status = finding.get("status")
+        if not isinstance(check, str) or status not in _STATUS_SEVERITY:
+            continue
+        if check == "error-counters":
+            evidence = finding.get("evidence")
+            if isinstance(evidence, dict):
+                growth = _growth_in(evidence)
+                if growth is not None:
+                    saw_counters = True
+                    error_growth += growth
+        if finding.get("shadow"):
+            continue
+        severity = _STATUS_SEVERITY[status]
+        known = check_statuses.get(check)
+        if known is None or severity > _STATUS_SEVERITY[known]:
+            # Interned: ten thousand nodes share one copy of each check id and status.
+            check_statuses[sys.intern(check)] = sys.intern(status)
+        if severity >= _STATUS_SEVERITY["warn"] and check not in check_summaries:
+            check_summaries[check] = str(finding.get("summary") or "")
+        if severity > top_severity:
+            top, top_severity = finding, severity
+
+    top_finding: TopFinding | None = None
+    if top is not None and grade is not NodeGrade.PASS:
+        top_finding = TopFinding(
+            summary=str(top.get("summary") or top.get("status")),
+            check=str(top["check"]),
+            subject=str(top.get("subject")) if top.get("subject") is not None else None,
+        )
+    metrics: dict[str, float] = {}
+    probe = data.get("probe")
+    if isinstance(probe, dict):
+        busbw = probe.get("busbw_gbps")
+        if isinstance(busbw, (int, float)) and not isinstance(busbw, bool):
+            metrics[BUSBW_METRIC] = float(busbw)
+    if saw_counters:
+        metrics[ERROR_GROWTH_METRIC] = error_growth
+    return NodeSummary(
+        host=host,
+        grade=grade,
+        top=top_finding,
+        check_statuses=check_statuses,
+        check_summaries=check_summaries,
+        metrics=metrics,
+        source=source,
+    )
+
+
+def _growth_in(evidence: Mapping[str, Any]) -> float | None:
+    total: float | None = None
+    for key, value in evidence.items():
+        if key in _GROWTH_KEYS or key.endswith(_GROWTH_SUFFIXES):
+            amount = _number_sum(value)
+            if amount is not None:
+                total = (total or 0.0) + amount
+    return total
+
+
+def _number_sum(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, dict):
+        numbers = [float(item) for item in value.values() if isinstance(item, (int, float)) and not isinstance(item, bool)]
+        return sum(numbers) if numbers else None
+    return None
+
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+def host_sort_key(host: str) -> tuple[Any, ...]:
+    """Natural order: node2 before node10."""
+    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(host))

@@ -1,0 +1,121 @@
+"""The `netdoctor.fleet/1` report: counts, nodes worst first, failing checks, outliers."""
+
+from __future__ import annotations
+
+import datetime
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from netdoctor.fleet.model import GRADE_ORDER, NodeGrade, NodeSummary, host_sort_key
+from netdoctor.fleet.outliers import DEFAULT_THRESHOLD, Outlier, find_outliers
+
+FLEET_SCHEMA = "netdoctor.fleet/1"
+
+# Checks in the order operators read them (CONTRACT §3); others follow alphabetically.
+CHECK_ORDER = (
+    "port-state",
+    "link-speed",
+    "pcie-link",
+    "error-counters",
+    "mtu",
+    "pfc-ecn",
+    "gpudirect",
+    "gpu-nic-affinity",
+    "nccl-probe",
+)
+
+
+@dataclass(frozen=True)
+class CheckTally:
+    check: str
+    fail: int
+    unknown: int
+    warn: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.check, "fail": self.fail, "unknown": self.unknown, "warn": self.warn}
+
+
+@dataclass
+class FleetReport:
+    generated_at: str
+    nodes: list[NodeSummary]
+    outliers: list[Outlier]
+    outlier_threshold: float
+    checks: list[str] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        tally = Counter(node.grade for node in self.nodes)
+        return {str(grade): tally.get(grade, 0) for grade in GRADE_ORDER}
+
+    def check_tallies(self) -> list[CheckTally]:
+        """Checks with any non-pass status, the most failing first."""
+        fails: Counter[str] = Counter()
+        unknowns: Counter[str] = Counter()
+        warns: Counter[str] = Counter()
+        for node in self.nodes:
+            for check, status in node.check_statuses.items():
+                if status == "fail":
+                    fails[check] += 1
+                elif status == "unknown":
+                    unknowns[check] += 1
+                elif status == "warn":
+                    warns[check] += 1
+        checks = set(fails) | set(unknowns) | set(warns)
+        tallies = [CheckTally(check, fails[check], unknowns[check], warns[check]) for check in checks]
+        tallies.sort(key=lambda tally: (-tally.fail, -tally.unknown, -tally.warn, tally.check))
+        return tallies
+
+    @property
+    def exit_code(self) -> int:
+        """0 all pass; 1 any warn or outlier; 3 any unknown; 2 any fail, unreachable or invalid.
+
+        The order follows the node grade rule (fail > unknown > warn > pass): a node that
+        did not answer or answered garbage cannot be trusted with a job, like a failing one.
+        """
+        grades = {node.grade for node in self.nodes}
+        if grades & {NodeGrade.FAIL, NodeGrade.UNREACHABLE, NodeGrade.INVALID}:
+            return 2
+        if NodeGrade.UNKNOWN in grades:
+            return 3
+        if NodeGrade.WARN in grades or self.outliers:
+            return 1
+        return 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": FLEET_SCHEMA,
+            "generated_at": self.generated_at,
+            "counts": self.counts,
+            "nodes": [node.to_json() for node in self.nodes],
+            "checks": [tally.to_json() for tally in self.check_tallies()],
+            "outliers": [outlier.to_json() for outlier in self.outliers],
+            "outlier_threshold": self.outlier_threshold,
+        }
+
+
+def build_fleet_report(
+    nodes: Iterable[NodeSummary],
+    outlier_threshold: float = DEFAULT_THRESHOLD,
+    generated_at: str | None = None,
+) -> FleetReport:
+    ordered = sorted(nodes, key=lambda node: (-node.grade.severity, host_sort_key(node.host)))
+    seen_checks: set[str] = set()
+    for node in ordered:
+        seen_checks.update(node.check_statuses)
+    checks = [check for check in CHECK_ORDER if check in seen_checks]
+    checks += sorted(seen_checks - set(CHECK_ORDER))
+    return FleetReport(
+        generated_at=generated_at or utc_now(),
+        nodes=ordered,
+        outliers=find_outliers(ordered, threshold=outlier_threshold),
+        outlier_threshold=outlier_threshold,
+        checks=checks,
+    )
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,201 @@
+"""Run `netdoctor check --format json` on many nodes through pdsh, clush or srun.
+
+The parallel shell is run as an argument list (no local shell), in its own process
+group, with a wall-clock watchdog over the whole sweep; its stdout is streamed line by
+line into a `FleetCollector`, so a 4,000-node sweep never holds 4,000 reports.
+
+This is the one place outside the host layer that starts a process: the host layer's
+runner returns whole outputs per node-local tool, while a sweep must stream.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+
+import structlog
+from ClusterShell.NodeSet import NodeSet, NodeSetException
+
+from netdoctor.errors import UsageError
+from netdoctor.fleet.collect import FleetCollector
+from netdoctor.fleet.model import NodeSummary
+
+log = structlog.get_logger(__name__)
+
+SHELLS = ("pdsh", "clush", "srun")
+HOST_PLACEHOLDER = "{host}"
+
+# Seconds the whole sweep may run beyond per-node timeout x rounds of fan-out.
+_SWEEP_MARGIN_S = 30.0
+
+
+@dataclass(frozen=True)
+class SweepOptions:
+    hosts: str
+    via: str = "pdsh"
+    fanout: int = 64
+    timeout_s: float = 120.0
+    rcmd: str | None = None
+    remote_command: str | None = None
+    no_probe: bool = False
+    rules: str | None = None
+    deadline_s: float | None = None
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    nodes: list[NodeSummary]
+    command: list[str]
+    shell_returncode: int | None
+    duration_s: float
+    killed: bool
+
+
+def parse_hosts(hosts: str) -> NodeSet:
+    try:
+        node_set = NodeSet(hosts)
+    except NodeSetException as error:
+        raise UsageError(f"bad host list {hosts!r}: {error}") from error
+    if not len(node_set):
+        raise UsageError("the host list is empty")
+    return node_set
+
+
+def remote_argv(options: SweepOptions) -> list[str]:
+    """The command each node runs, as an argument list (may hold the `{host}` placeholder)."""
+    if options.remote_command:
+        try:
+            argv = shlex.split(options.remote_command)
+        except ValueError as error:
+            raise UsageError(f"cannot split --remote-command {options.remote_command!r}: {error}") from error
+        if not argv:
+            raise UsageError("--remote-command is empty")
+        return argv
+    argv = ["netdoctor", "check", "--format", "json"]
+    if options.no_probe:
+        argv.append("--no-probe")
+    if options.rules:
+        argv += ["--rules", options.rules]
+    if options.deadline_s is not None:
+        argv += ["--deadline", f"{options.deadline_s:g}"]
+    return argv
+
+
+def build_sweep_command(options: SweepOptions) -> list[str]:
+    """The local argument list that runs the sweep."""
+    if options.via not in SHELLS:
+        raise UsageError(f"--via must be one of {', '.join(SHELLS)}, not {options.via!r}")
+    if options.fanout < 1:
+        raise UsageError("--fanout must be at least 1")
+    if options.timeout_s <= 0:
+        raise UsageError("--timeout must be positive")
+    node_set = parse_hosts(options.hosts)
+    argv = remote_argv(options)
+    timeout = str(max(1, math.ceil(options.timeout_s)))
+    connect_timeout = str(max(1, min(10, math.ceil(options.timeout_s))))
+    if options.via == "pdsh":
+        rcmd = options.rcmd or "ssh"
+        command = ["pdsh", "-R", rcmd, "-f", str(options.fanout)]
+        if rcmd != "exec":                 # pdsh refuses a connect timeout with exec
+            command += ["-t", connect_timeout]
+        command += ["-u", timeout, "-w", str(node_set)]
+        remote = [part.replace(HOST_PLACEHOLDER, "%h") for part in argv]
+        # The exec module runs argv directly; ssh/rsh join it with spaces for the remote
+        # shell, so there it must be quoted into one string.
+        return command + (remote if rcmd == "exec" else [shlex.join(remote)])
+    if options.via == "clush":
+        rcmd = options.rcmd or "ssh"
+        remote = shlex.join([part.replace(HOST_PLACEHOLDER, "%h") for part in argv])
+        return ["clush", "-R", rcmd, "-f", str(options.fanout), "-t", connect_timeout, "-u", timeout, "-w", str(node_set), remote]
+    if options.rcmd:
+        raise UsageError("--rcmd does not apply to --via srun")
+    # srun labels lines with task ranks, not node names, so each task prefixes its own
+    # output with $SLURMD_NODENAME; `timeout` stands in for pdsh's per-command timeout.
+    quoted = shlex.join(argv).replace(HOST_PLACEHOLDER, "'\"$SLURMD_NODENAME\"'").replace("%h", "'\"$SLURMD_NODENAME\"'")
+    script = (
+        f"out=$(timeout -k 5 {timeout} {quoted} 2>/dev/null); rc=$?; "
+        "[ -n \"$out\" ] && printf '%s\\n' \"$out\" | sed \"s/^/$SLURMD_NODENAME: /\"; "
+        "[ $rc -eq 124 ] && echo \"netdoctor-sweep: $SLURMD_NODENAME: command timeout\" >&2; "
+        "exit $rc"
+    )
+    return [
+        "srun", "--nodelist", str(node_set), "--nodes", str(len(node_set)), "--ntasks-per-node=1",
+        "--kill-on-bad-exit=0", "--job-name=netdoctor-sweep", "sh", "-c", script,
+    ]
+
+
+def run_sweep(options: SweepOptions) -> SweepResult:
+    """Run the sweep and return one summary per host asked (plus any host that answered)."""
+    command = build_sweep_command(options)
+    node_set = parse_hosts(options.hosts)
+    rounds = math.ceil(len(node_set) / options.fanout) if options.via != "srun" else 1
+    budget = options.timeout_s * rounds + _SWEEP_MARGIN_S
+    collector = FleetCollector(command_timeout_s=options.timeout_s)
+    log.info("fleet sweep", command=command, hosts=len(node_set), budget_s=budget)
+    started = time.monotonic()
+    try:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            start_new_session=True,
+            env={**os.environ, "LC_ALL": "C"},
+        )
+    except FileNotFoundError as error:
+        raise UsageError(f"{command[0]} is not installed or not on PATH (needed by --via {options.via})") from error
+    except PermissionError as error:
+        raise UsageError(f"cannot run {command[0]}: {error}") from error
+
+    killed = threading.Event()
+
+    def kill_group() -> None:
+        if process.poll() is None:
+            killed.set()
+            log.error("fleet sweep ran past its budget; killing it", budget_s=budget)
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    stderr_lines: list[str] = []
+    assert process.stdout is not None and process.stderr is not None
+    stderr_reader = threading.Thread(target=lambda: stderr_lines.extend(process.stderr), daemon=True)  # type: ignore[arg-type]
+    stderr_reader.start()
+    watchdog = threading.Timer(budget, kill_group)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        for line in process.stdout:
+            collector.feed_line(line, options.via)
+        returncode = process.wait()
+    finally:
+        watchdog.cancel()
+        if process.poll() is None:
+            kill_group()
+            process.wait()
+    stderr_reader.join(timeout=5)
+    for line in stderr_lines:
+        collector.feed_stderr_line(line)
+    if killed.is_set():
+        for host in node_set:
+            collector.feed_stderr_line(f"netdoctor-sweep: {host}: sweep killed after {budget:g} s (command timeout)")
+    duration = time.monotonic() - started
+    # pdsh and clush exit non-zero whenever a node's netdoctor does (1 warn, 2 fail): normal.
+    log.info("fleet sweep done", returncode=returncode, duration_s=round(duration, 2))
+    return SweepResult(
+        nodes=collector.finish(expected_hosts=node_set),
+        command=command,
+        shell_returncode=returncode,
+        duration_s=duration,
+        killed=killed.is_set(),
+    )

@@ -1,0 +1,224 @@
+"""NVML collector: what the NVIDIA driver says about each GPU, in the nvml.json shape.
+
+Every NVML call may fail on its own (a GPU fallen off the bus answers GPU_IS_LOST,
+vGPUs answer NOT_SUPPORTED for PCIe queries); each failure becomes null for that field
+plus an entry in the GPU's "errors", never an exception. No NVIDIA driver at all gives
+(None, reason).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import structlog
+
+from netdoctor.host.types import SysTree
+from netdoctor.util import canonical_pci_address
+
+log = structlog.get_logger(__name__)
+
+# cuda.h: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, since CUDA 11.7.
+CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124
+_NVLINK_ABSENT_ERRORS = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INVALID_ARGUMENT")
+
+DmabufQuery = Callable[[str], bool | None]
+
+
+def _text(value: Any) -> Any:
+    # Older nvidia-ml-py versions return bytes for strings.
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
+
+
+class _Caller:
+    """Calls NVML functions, turning each failure into None plus an error entry."""
+
+    def __init__(self, nvml: ModuleType, errors: dict[str, str]) -> None:
+        self.nvml = nvml
+        self.errors = errors
+
+    def __call__(self, field: str, function_name: str, *args: Any) -> Any:
+        function = getattr(self.nvml, function_name, None)
+        if function is None:
+            self.errors[field] = f"{function_name} is not available in this nvidia-ml-py"
+            return None
+        try:
+            return _text(function(*args))
+        except self.nvml.NVMLError as error:
+            self.errors[field] = str(error)
+            return None
+
+
+def _error_code(error: Exception) -> int | None:
+    value = getattr(error, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def _nvlink(nvml: ModuleType, handle: Any, errors: dict[str, str]) -> dict[str, Any]:
+    absent = {getattr(nvml, name, None) for name in _NVLINK_ABSENT_ERRORS} - {None}
+    enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
+    maximum = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
+    active_links: list[int] = []
+    total = 0
+    failures: list[str] = []
+    for link in range(maximum):
+        try:
+            state = nvml.nvmlDeviceGetNvLinkState(handle, link)
+        except nvml.NVMLError as error:
+            # NOT_SUPPORTED / INVALID_ARGUMENT on an index: that link does not exist on
+            # this GPU (PCIe cards have none, H100 SXM has 18, B200 has 18 of 36 indices).
+            if _error_code(error) not in absent:
+                failures.append(f"link {link}: {error}")
+            continue
+        total += 1
+        if state == enabled:
+            active_links.append(link)
+    if failures:
+        errors["nvlink"] = "; ".join(failures[:4]) + (f" (+{len(failures) - 4} more)" if len(failures) > 4 else "")
+    version = None
+    if active_links:
+        try:
+            version = int(nvml.nvmlDeviceGetNvLinkVersion(handle, active_links[0]))
+        except nvml.NVMLError as error:
+            errors["nvlink_version"] = str(error)
+    if failures and total == 0:
+        return {"active": None, "total": None, "version": None}
+    return {"active": len(active_links), "total": total, "version": version}
+
+
+def _numa_node(call: _Caller, handle: Any, pci_bus_id: str | None, sys: SysTree | None) -> int | None:
+    value = call("numa_node", "nvmlDeviceGetNumaNodeId", handle)
+    if value is None and pci_bus_id is not None and sys is not None:
+        # Older drivers lack nvmlDeviceGetNumaNodeId; the kernel knows the same thing.
+        address = canonical_pci_address(pci_bus_id)
+        text = sys.read(f"bus/pci/devices/{address}/numa_node") if address else None
+        try:
+            value = int(text) if text is not None else None
+        except ValueError:
+            value = None
+        if value is not None:
+            call.errors.pop("numa_node", None)
+    # -1: the platform does not report NUMA affinity (single socket, or firmware omits it).
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def _gpu(nvml: ModuleType, index: int, sys: SysTree | None, dmabuf_query: DmabufQuery | None) -> dict[str, Any]:
+    errors: dict[str, str] = {}
+    call = _Caller(nvml, errors)
+    gpu: dict[str, Any] = {"index": index}
+    handle = call("handle", "nvmlDeviceGetHandleByIndex", index)
+    if handle is None:
+        gpu.update({"name": None, "uuid": None, "pci_bus_id": None, "numa_node": None, "pcie": None,
+                    "nvlink": None, "performance_state": None, "dmabuf_supported": None, "errors": errors})
+        return gpu
+    gpu["name"] = call("name", "nvmlDeviceGetName", handle)
+    gpu["uuid"] = call("uuid", "nvmlDeviceGetUUID", handle)
+    pci_info = call("pci_bus_id", "nvmlDeviceGetPciInfo", handle)
+    gpu["pci_bus_id"] = _text(getattr(pci_info, "busId", None)) if pci_info is not None else None
+    gpu["numa_node"] = _numa_node(call, handle, gpu["pci_bus_id"], sys)
+    # GPUs drop to a lower PCIe generation when idle to save power: cur_gen below
+    # max_gen at P8 is normal; performance_state lets the check tell.
+    gpu["pcie"] = {
+        "cur_gen": call("pcie.cur_gen", "nvmlDeviceGetCurrPcieLinkGeneration", handle),
+        "max_gen": call("pcie.max_gen", "nvmlDeviceGetMaxPcieLinkGeneration", handle),
+        "gpu_max_gen": call("pcie.gpu_max_gen", "nvmlDeviceGetGpuMaxPcieLinkGeneration", handle),
+        "cur_width": call("pcie.cur_width", "nvmlDeviceGetCurrPcieLinkWidth", handle),
+        "max_width": call("pcie.max_width", "nvmlDeviceGetMaxPcieLinkWidth", handle),
+    }
+    gpu["nvlink"] = _nvlink(nvml, handle, errors)
+    state = call("performance_state", "nvmlDeviceGetPerformanceState", handle)
+    gpu["performance_state"] = int(state) if state is not None else None
+    gpu["dmabuf_supported"] = None
+    if dmabuf_query is not None and gpu["pci_bus_id"]:
+        address = canonical_pci_address(gpu["pci_bus_id"])
+        gpu["dmabuf_supported"] = dmabuf_query(address) if address else None
+    gpu["errors"] = errors
+    return gpu
+
+
+def collect_nvml(nvml_module: ModuleType | None = None, sys: SysTree | None = None,
+                 dmabuf_query: DmabufQuery | None = None) -> tuple[dict[str, Any] | None, str]:
+    """The NVML report and `ok`, or (None, why) when there is no usable NVIDIA driver.
+
+    `nvml_module` defaults to pynvml (nvidia-ml-py); `sys` is used for the NUMA node
+    when NVML cannot tell it; `dmabuf_query` defaults to asking libcuda.
+    """
+    if nvml_module is None:
+        try:
+            nvml_module = importlib.import_module("pynvml")
+        except ImportError:
+            return None, "nvidia-ml-py (pynvml) is not installed"
+    if dmabuf_query is None:
+        dmabuf_query = CudaDmabufQuery()
+    nvml = nvml_module
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as error:
+        # LibraryNotFound / DriverNotLoaded: no driver. A version mismatch (driver
+        # upgraded without reboot) is worth its own words.
+        log.info("NVML not available", error=str(error))
+        return None, f"no NVIDIA driver: {error}" if _is_no_driver(nvml, error) else f"NVML failed to start: {error}"
+    try:
+        errors: dict[str, str] = {}
+        call = _Caller(nvml, errors)
+        report: dict[str, Any] = {
+            "driver_version": call("driver_version", "nvmlSystemGetDriverVersion"),
+            "cuda_driver_version": call("cuda_driver_version", "nvmlSystemGetCudaDriverVersion"),
+            "nvml_version": call("nvml_version", "nvmlSystemGetNVMLVersion"),
+        }
+        count = call("device_count", "nvmlDeviceGetCount")
+        report["gpus"] = [_gpu(nvml, index, sys, dmabuf_query) for index in range(int(count or 0))]
+        report["errors"] = errors
+        return report, "ok"
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError as error:
+            log.debug("nvmlShutdown failed", error=str(error))
+
+
+def _is_no_driver(nvml: ModuleType, error: Exception) -> bool:
+    kinds = tuple(kind for kind in (getattr(nvml, "NVMLError_LibraryNotFound", None),
+                                    getattr(nvml, "NVMLError_DriverNotLoaded", None)) if isinstance(kind, type))
+    return bool(kinds) and isinstance(error, kinds)
+
+
+class CudaDmabufQuery:
+    """Asks the CUDA driver (libcuda.so.1, through ctypes) whether a GPU supports DMA-BUF.
+
+    Only cuInit and attribute queries: no CUDA context is created, so no GPU memory is
+    taken and running jobs are not disturbed. Any failure (no libcuda, old driver
+    without attribute 124) answers None.
+    """
+
+    def __init__(self, library_name: str = "libcuda.so.1") -> None:
+        self.library_name = library_name
+        self._library: ctypes.CDLL | None = None
+        self._unusable = False
+
+    def _load(self) -> ctypes.CDLL | None:
+        if self._library is None and not self._unusable:
+            try:
+                library = ctypes.CDLL(self.library_name)
+                if library.cuInit(ctypes.c_uint(0)) != 0:
+                    raise OSError("cuInit failed")
+                self._library = library
+            except (OSError, AttributeError) as error:
+                log.debug("libcuda not usable for the DMA-BUF query", error=str(error))
+                self._unusable = True
+        return self._library
+
+    def __call__(self, pci_address: str) -> bool | None:
+        library = self._load()
+        if library is None:
+            return None
+        device = ctypes.c_int()
+        if library.cuDeviceGetByPCIBusId(ctypes.byref(device), pci_address.encode()) != 0:
+            return None
+        value = ctypes.c_int()
+        if library.cuDeviceGetAttribute(ctypes.byref(value), CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, device) != 0:
+            return None
+        return bool(value.value)

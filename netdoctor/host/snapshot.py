@@ -1,0 +1,524 @@
+"""Snapshots (CONTRACT.md section 4): write what a capture read, read it back as a NodeSource.
+
+A snapshot may come from anywhere (support bundles, bug reports), so reading one treats
+it as hostile: tar members are validated one by one and extracted by our own code into
+a private temporary directory (no `..`, no absolute names, no links that leave it, no
+device files, size and count caps), and the sys tree is read in strict mode.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import stat
+import tarfile
+import tempfile
+import zlib
+from pathlib import Path, PurePosixPath
+from types import TracebackType
+from typing import Any
+
+import structlog
+
+from netdoctor.errors import SnapshotError
+from netdoctor.host.netdevs import NetdevFacts, collect_netdevs
+from netdoctor.host.sysfs import Recording, RootedSysTree
+from netdoctor.host.types import CommandResult, CommandSpec, CommandState
+from netdoctor.util import parse_iso_utc
+
+__all__ = ["SNAPSHOT_FORMAT", "Recording", "SnapshotSource", "open_snapshot", "write_snapshot"]
+
+log = structlog.get_logger(__name__)
+
+SNAPSHOT_FORMAT = "netdoctor.snapshot/1"
+MAX_MEMBER_BYTES = 64 * 1024 * 1024
+MAX_TOTAL_BYTES = 512 * 1024 * 1024
+MAX_MEMBERS = 100_000
+MAX_JSON_BYTES = 16 * 1024 * 1024
+_TOP_LEVEL = ("snapshot.json", "nvml.json", "sys", "commands")
+
+
+def _valid_command_name(name: str) -> bool:
+    # Names become file names: perfquery-x-mlx5_0-1, mlnx_qos-ens1f0np0.
+    return bool(name) and len(name) <= 200 and "/" not in name and "\x00" not in name and not name.startswith(".")
+
+
+def _read_regular(path: Path, limit: int, what: str) -> bytes | None:
+    """Content of a regular file inside the snapshot; None if absent. Links and devices are refused."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        if os.path.islink(path):
+            raise SnapshotError(f"{what} is a symbolic link; a snapshot must hold it as a file") from error
+        raise SnapshotError(f"cannot read {what}: {error.strerror}") from error
+    try:
+        info = os.fstat(descriptor)
+        if not stat.S_ISREG(info.st_mode):
+            raise SnapshotError(f"{what} is not a regular file")
+        if info.st_size > limit:
+            raise SnapshotError(f"{what} is {info.st_size} bytes, more than the {limit}-byte limit")
+        with os.fdopen(os.dup(descriptor), "rb") as handle:
+            return handle.read(limit + 1)[:limit]
+    finally:
+        os.close(descriptor)
+
+
+def _load_json(path: Path, what: str) -> Any:
+    data = _read_regular(path, MAX_JSON_BYTES, what)
+    if data is None:
+        return None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise SnapshotError(f"{what} is not UTF-8 text (byte {error.start})") from error
+    except json.JSONDecodeError as error:
+        raise SnapshotError(f"{what} is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}") from error
+
+
+def _parse_status(text: str, what: str) -> tuple[CommandState, int | None]:
+    value = text.strip()
+    if value == "timeout":
+        return CommandState.TIMEOUT, None
+    if value == "missing":
+        return CommandState.MISSING, None
+    try:
+        code = int(value)
+    except ValueError:
+        raise SnapshotError(f"{what}: expected an exit status number, 'timeout' or 'missing', got {value[:40]!r}") from None
+    return (CommandState.OK if code == 0 else CommandState.ERROR), code
+
+
+class SnapshotSource:
+    """A NodeSource that reads a snapshot directory. Use through `open_snapshot`."""
+
+    is_snapshot = True
+
+    def __init__(self, directory: Path, *, origin: str, cleanup: Path | None = None) -> None:
+        self.directory = directory
+        self.origin = origin
+        self._cleanup = cleanup
+        try:
+            self._load()
+        except BaseException:
+            self.close()
+            raise
+
+    def _load(self) -> None:
+        for name in _TOP_LEVEL:
+            candidate = self.directory / name
+            if candidate.is_symlink():
+                raise SnapshotError(f"snapshot {self.origin}: {name} is a symbolic link")
+        meta = _load_json(self.directory / "snapshot.json", f"snapshot {self.origin}: snapshot.json")
+        if meta is None:
+            raise SnapshotError(f"{self.origin} is not a netdoctor snapshot: no snapshot.json")
+        if not isinstance(meta, dict):
+            raise SnapshotError(f"snapshot {self.origin}: snapshot.json must hold a JSON object")
+        if meta.get("format") != SNAPSHOT_FORMAT:
+            raise SnapshotError(f"snapshot {self.origin}: format is {meta.get('format')!r}, expected {SNAPSHOT_FORMAT!r}")
+        host, captured_at, boot_id = meta.get("host"), meta.get("captured_at"), meta.get("boot_id")
+        if not isinstance(host, str) or not host.strip():
+            raise SnapshotError(f"snapshot {self.origin}: snapshot.json has no host name")
+        if not isinstance(captured_at, str):
+            raise SnapshotError(f"snapshot {self.origin}: snapshot.json has no captured_at time")
+        try:
+            parse_iso_utc(captured_at)
+        except ValueError as error:
+            raise SnapshotError(f"snapshot {self.origin}: captured_at {captured_at!r} is not an ISO 8601 time") from error
+        if boot_id is not None and not isinstance(boot_id, str):
+            raise SnapshotError(f"snapshot {self.origin}: boot_id must be a string")
+        self.host: str = host
+        self.captured_at: str = captured_at
+        self.boot_id: str | None = boot_id
+        self.netdoctor_version: str | None = meta.get("netdoctor") if isinstance(meta.get("netdoctor"), str) else None
+        durations = meta.get("command_durations", {})
+        self._durations: dict[str, float] = (
+            {key: float(value) for key, value in durations.items() if isinstance(value, (int, float))}
+            if isinstance(durations, dict) else {}
+        )
+        nvml_status = meta.get("nvml_status")
+
+        nvml = _load_json(self.directory / "nvml.json", f"snapshot {self.origin}: nvml.json")
+        if nvml is not None and not isinstance(nvml, dict):
+            raise SnapshotError(f"snapshot {self.origin}: nvml.json must hold a JSON object")
+        if nvml is not None and not isinstance(nvml.get("gpus", []), list):
+            raise SnapshotError(f"snapshot {self.origin}: nvml.json 'gpus' must be a list")
+        self._nvml: dict[str, Any] | None = nvml
+        self._nvml_status = (
+            "ok" if nvml is not None
+            else nvml_status if isinstance(nvml_status, str) and nvml_status
+            else "no nvml.json in snapshot (no NVIDIA driver)"
+        )
+
+        sys_directory = self.directory / "sys"
+        if sys_directory.exists() and not sys_directory.is_dir():
+            raise SnapshotError(f"snapshot {self.origin}: sys is not a directory")
+        self.sys = RootedSysTree(sys_directory, strict=True)
+        self._commands = self._load_commands()
+
+    def _load_commands(self) -> dict[str, CommandResult]:
+        directory = self.directory / "commands"
+        if not directory.exists():
+            return {}
+        if not directory.is_dir():
+            raise SnapshotError(f"snapshot {self.origin}: commands is not a directory")
+        names = {entry.rsplit(".", 1)[0] for entry in os.listdir(directory)
+                 if entry.rsplit(".", 1)[-1] in ("out", "err", "status")}
+        results: dict[str, CommandResult] = {}
+        for name in sorted(names):
+            if not _valid_command_name(name):
+                continue
+            what = f"snapshot {self.origin}: commands/{name}"
+            stdout = _read_regular(directory / f"{name}.out", MAX_MEMBER_BYTES, f"{what}.out")
+            stderr = _read_regular(directory / f"{name}.err", MAX_MEMBER_BYTES, f"{what}.err")
+            status = _read_regular(directory / f"{name}.status", 4096, f"{what}.status")
+            # A hand-made fixture may hold only NAME.out: that is a run that succeeded.
+            state, code = _parse_status(status.decode("utf-8", errors="replace"), f"{what}.status") if status is not None \
+                else (CommandState.OK, 0)
+            results[name] = CommandResult(
+                name, state,
+                stdout=(stdout or b"").decode("utf-8", errors="replace"),
+                stderr=(stderr or b"").decode("utf-8", errors="replace"),
+                returncode=code, duration_s=self._durations.get(name, 0.0),
+            )
+        return results
+
+    # -- NodeSource -------------------------------------------------------------------
+
+    def run(self, specs: list[CommandSpec], deadline: float | None = None) -> dict[str, CommandResult]:
+        """The recorded results of these commands; a command not in the snapshot is MISSING."""
+        results: dict[str, CommandResult] = {}
+        for spec in specs:
+            recorded = self._commands.get(spec.name)
+            if recorded is None:
+                results[spec.name] = CommandResult(spec.name, CommandState.MISSING, stderr="not in snapshot", argv=spec.argv)
+            else:
+                results[spec.name] = CommandResult(
+                    recorded.name, recorded.state, stdout=recorded.stdout, stderr=recorded.stderr,
+                    returncode=recorded.returncode, duration_s=recorded.duration_s, argv=spec.argv)
+        return results
+
+    def nvml(self) -> tuple[dict[str, Any] | None, str]:
+        return self._nvml, self._nvml_status
+
+    def netdevs(self) -> list[NetdevFacts]:
+        return collect_netdevs(self.sys, use_netlink=False)
+
+    def command_names(self) -> list[str]:
+        """NAMEs of every command the snapshot holds (for `discover` and debugging)."""
+        return sorted(self._commands)
+
+    # -- lifetime ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._cleanup is not None:
+            shutil.rmtree(self._cleanup, ignore_errors=True)
+            self._cleanup = None
+
+    def __enter__(self) -> SnapshotSource:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def open_snapshot(path: Path | str) -> SnapshotSource:
+    """Open a snapshot directory or archive (`.tar.gz`, `.tgz`, or any tar) for reading.
+
+    Raises SnapshotError with a one-line reason for anything malformed or unsafe.
+    Use as a context manager so an extracted archive is removed afterwards.
+    """
+    location = Path(path)
+    if location.is_dir():
+        return SnapshotSource(location.resolve(), origin=str(location))
+    if not location.exists():
+        raise SnapshotError(f"snapshot {location} does not exist")
+    if not location.is_file():
+        raise SnapshotError(f"snapshot {location} is neither a directory nor an archive")
+    workdir = Path(tempfile.mkdtemp(prefix="netdoctor-snapshot-"))  # mode 0700: private
+    try:
+        extracted = workdir / "snapshot"
+        extracted.mkdir(mode=0o700)
+        _extract_tar(location, extracted)
+        root = extracted
+        if not (root / "snapshot.json").exists():
+            # Also accept archives made with one top-level directory (`tar czf x.tgz SNAP/`).
+            entries = os.listdir(root)
+            if len(entries) == 1 and (root / entries[0]).is_dir() and not (root / entries[0]).is_symlink():
+                root = root / entries[0]
+        return SnapshotSource(root, origin=str(location), cleanup=workdir)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+
+
+def _member_parts(name: str, archive: Path) -> list[str]:
+    if name.startswith("/"):
+        raise SnapshotError(f"snapshot {archive}: member {name!r} has an absolute path")
+    if "\x00" in name:
+        raise SnapshotError(f"snapshot {archive}: member name contains a NUL byte")
+    parts = [part for part in PurePosixPath(name).parts if part not in ("", ".")]
+    if ".." in parts:
+        raise SnapshotError(f"snapshot {archive}: member {name!r} contains '..'")
+    return parts
+
+
+def _safe_directory(root: Path, parts: list[str], archive: Path) -> Path:
+    """Create (or walk) directories under root, refusing to pass through anything but a real directory."""
+    current = root
+    for part in parts:
+        current = current / part
+        try:
+            info = os.lstat(current)
+        except FileNotFoundError:
+            os.mkdir(current, 0o700)
+            continue
+        if not stat.S_ISDIR(info.st_mode):
+            raise SnapshotError(f"snapshot {archive}: {'/'.join(parts)} passes through a non-directory member")
+    return current
+
+
+def _extract_tar(archive: Path, destination: Path) -> None:
+    """Extract a snapshot archive member by member, validating each before it touches the disk."""
+    total = 0
+    count = 0
+    data_filter = getattr(tarfile, "data_filter", None)
+    try:
+        with tarfile.open(archive, mode="r:*") as tar:
+            for member in tar:
+                count += 1
+                if count > MAX_MEMBERS:
+                    raise SnapshotError(f"snapshot {archive}: more than {MAX_MEMBERS} members")
+                parts = _member_parts(member.name, archive)
+                if not parts:
+                    continue
+                name = "/".join(parts)
+                if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
+                    raise SnapshotError(f"snapshot {archive}: member {name!r} is a device, FIFO or other special file")
+                if member.size > MAX_MEMBER_BYTES:
+                    raise SnapshotError(f"snapshot {archive}: member {name!r} is {member.size} bytes, "
+                                        f"more than the {MAX_MEMBER_BYTES}-byte limit")
+                total += member.size
+                if total > MAX_TOTAL_BYTES:
+                    raise SnapshotError(f"snapshot {archive}: more than {MAX_TOTAL_BYTES} bytes in all")
+                if member.issym() or member.islnk():
+                    _check_link(member, parts, archive)
+                if data_filter is not None:
+                    # A second opinion from the standard library's own rules.
+                    try:
+                        data_filter(member, str(destination))
+                    except tarfile.FilterError as error:
+                        raise SnapshotError(f"snapshot {archive}: member {name!r} refused: {error}") from error
+                _write_member(tar, member, parts, destination, archive)
+    except SnapshotError:
+        raise
+    except (tarfile.TarError, EOFError, zlib.error, OSError, UnicodeError) as error:
+        raise SnapshotError(f"snapshot {archive} is not a readable tar archive (truncated or corrupt): {error}") from error
+
+
+def _check_link(member: tarfile.TarInfo, parts: list[str], archive: Path) -> None:
+    target = member.linkname
+    name = "/".join(parts)
+    if not target or target.startswith("/"):
+        raise SnapshotError(f"snapshot {archive}: link {name!r} -> {target!r} is absolute")
+    # Symlink targets are relative to the link's directory; hard link targets to the archive root.
+    base = parts[:-1] if member.issym() else []
+    depth = len(base)
+    for part in PurePosixPath(target).parts:
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                raise SnapshotError(f"snapshot {archive}: link {name!r} -> {target!r} leaves the snapshot")
+        elif part not in ("", "."):
+            depth += 1
+
+
+def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, parts: list[str], destination: Path,
+                  archive: Path) -> None:
+    parent = _safe_directory(destination, parts[:-1], archive)
+    target = parent / parts[-1]
+    if member.isdir():
+        _safe_directory(destination, parts, archive)
+        return
+    if os.path.lexists(target):
+        raise SnapshotError(f"snapshot {archive}: member {'/'.join(parts)!r} appears twice")
+    if member.issym():
+        os.symlink(member.linkname, target)
+        return
+    if member.islnk():
+        source = destination.joinpath(*_member_parts(member.linkname, archive))
+        data = _read_regular(source, MAX_MEMBER_BYTES, f"hard link target {member.linkname!r}")
+        if data is None:
+            raise SnapshotError(f"snapshot {archive}: hard link {'/'.join(parts)!r} points to a missing member")
+        stream: io.BufferedIOBase | None = io.BytesIO(data)  # type: ignore[assignment]
+    else:
+        stream = tar.extractfile(member)  # type: ignore[assignment]
+    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    written = 0
+    with os.fdopen(descriptor, "wb") as handle:
+        while stream is not None:
+            chunk = stream.read(1 << 20)
+            if not chunk:
+                break
+            written += len(chunk)
+            if written > MAX_MEMBER_BYTES:
+                raise SnapshotError(f"snapshot {archive}: member {'/'.join(parts)!r} is larger than its header says")
+            handle.write(chunk)
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+def _status_text(result: CommandResult) -> str:
+    if result.state is CommandState.TIMEOUT:
+        return "timeout"
+    if result.state is CommandState.MISSING:
+        return "missing"
+    if result.returncode is None:
+        # Found but could not be started (permission denied): the shell's convention.
+        return "126"
+    return str(result.returncode)
+
+
+def _plan(recording: Recording, meta: dict[str, Any]) -> list[tuple[str, str, bytes | str]]:
+    """Every entry of the snapshot as (relative path, kind, content), parents before children.
+
+    kind is `dir`, `file` (content bytes) or `link` (content: relative target).
+    """
+    claims: dict[str, tuple[str, bytes | str]] = {}
+
+    def claim(path: str, kind: str, content: bytes | str) -> None:
+        # First claim wins: directories are claimed first, then files, then links. Our
+        # own path mapping never makes two claims collide; this guards the layout anyway.
+        parts = path.split("/")
+        ancestors = ["/".join(parts[:depth]) for depth in range(1, len(parts))]
+        if any(claims.get(ancestor, ("dir",))[0] != "dir" for ancestor in ancestors):
+            log.warning("snapshot entry skipped: a parent was recorded as a file or link", path=path)
+            return
+        existing = claims.get(path)
+        if existing is not None:
+            if existing[0] != kind or existing[1] != content:
+                log.warning("snapshot entry skipped: recorded twice in different forms", path=path, kept=existing[0])
+            return
+        for ancestor in ancestors:
+            claims.setdefault(ancestor, ("dir", b""))
+        claims[path] = (kind, content)
+
+    claim("sys", "dir", b"")
+    for directory in sorted(recording.dirs):
+        if directory:
+            claim(f"sys/{directory}", "dir", b"")
+    for path, data in sorted(recording.files.items()):
+        claim(f"sys/{path}", "file", data)
+    for path, target in sorted(recording.links.items()):
+        claim(f"sys/{path}", "link", target)
+    commands = dict(recording.commands)
+    if commands:
+        claim("commands", "dir", b"")
+    for name, result in sorted(commands.items()):
+        if not _valid_command_name(name):
+            log.warning("command not written to the snapshot: unsafe name", command=name)
+            continue
+        claim(f"commands/{name}.out", "file", result.stdout.encode("utf-8"))
+        if result.stderr:
+            claim(f"commands/{name}.err", "file", result.stderr.encode("utf-8"))
+        claim(f"commands/{name}.status", "file", (_status_text(result) + "\n").encode())
+    if recording.nvml is not None:
+        claim("nvml.json", "file", (json.dumps(recording.nvml, indent=1, sort_keys=True) + "\n").encode())
+    claim("snapshot.json", "file", (json.dumps(meta, indent=1) + "\n").encode())
+    return [(path, kind, content) for path, (kind, content) in sorted(claims.items(), key=lambda item: item[0].split("/"))]
+
+
+def write_snapshot(recording: Recording, path: Path | str, *, host: str, captured_at: str, boot_id: str | None,
+                   version: str) -> Path:
+    """Write a snapshot: a directory, or a gzip'd tar when `path` ends in .tar.gz/.tgz.
+
+    Atomic: built beside the target and renamed into place. An existing directory is
+    never overwritten; an existing archive (or a symlink at `path`) is replaced, never
+    written through.
+    """
+    target = Path(path)
+    if not target.parent.is_dir():
+        raise SnapshotError(f"cannot write snapshot {target}: directory {target.parent} does not exist")
+    meta: dict[str, Any] = {"format": SNAPSHOT_FORMAT, "host": host, "captured_at": captured_at, "netdoctor": version}
+    if boot_id:
+        meta["boot_id"] = boot_id
+    durations = {name: round(result.duration_s, 3) for name, result in sorted(recording.commands.items())}
+    if durations:
+        meta["command_durations"] = durations
+    if recording.nvml is None and recording.nvml_status:
+        meta["nvml_status"] = recording.nvml_status
+    entries = _plan(recording, meta)
+    try:
+        if target.name.endswith((".tar.gz", ".tgz")):
+            _write_archive(entries, target, parse_iso_utc(captured_at).timestamp())
+        else:
+            _write_directory(entries, target)
+    except OSError as error:
+        raise SnapshotError(f"cannot write snapshot {target}: {error.strerror or error}") from error
+    log.info("snapshot written", path=str(target), files=sum(1 for entry in entries if entry[1] == "file"))
+    return target
+
+
+def _write_directory(entries: list[tuple[str, str, bytes | str]], target: Path) -> None:
+    if os.path.lexists(target):
+        raise SnapshotError(f"cannot write snapshot {target}: it already exists")
+    staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
+    try:
+        for relative, kind, content in entries:
+            full = staging / relative
+            if kind == "dir":
+                os.mkdir(full, 0o755)
+                os.chmod(full, 0o755)
+            elif kind == "link":
+                os.symlink(str(content), full)
+            else:
+                descriptor = os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+                with os.fdopen(descriptor, "wb") as handle:
+                    handle.write(content if isinstance(content, bytes) else content.encode())
+                    os.fchmod(handle.fileno(), 0o644)
+        os.chmod(staging, 0o755)
+        os.rename(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _write_archive(entries: list[tuple[str, str, bytes | str]], target: Path, mtime: float) -> None:
+    if target.is_dir() and not target.is_symlink():
+        raise SnapshotError(f"cannot write snapshot {target}: a directory of that name exists")
+    descriptor, staging = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            with tarfile.open(fileobj=handle, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+                for relative, kind, content in entries:
+                    info = tarfile.TarInfo(relative)
+                    info.mtime = int(mtime)
+                    info.uid = info.gid = 0
+                    info.uname = info.gname = ""
+                    if kind == "dir":
+                        info.type, info.mode = tarfile.DIRTYPE, 0o755
+                        tar.addfile(info)
+                    elif kind == "link":
+                        info.type, info.mode, info.linkname = tarfile.SYMTYPE, 0o777, str(content)
+                        tar.addfile(info)
+                    else:
+                        data = content if isinstance(content, bytes) else content.encode()
+                        info.mode, info.size = 0o644, len(data)
+                        tar.addfile(info, io.BytesIO(data))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(staging, 0o644)
+        os.replace(staging, target)
+    except BaseException:
+        try:
+            os.unlink(staging)
+        except FileNotFoundError:
+            pass
+        raise

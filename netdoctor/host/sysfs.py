@@ -1,0 +1,404 @@
+"""Rooted, read-only access to a /sys tree: the live `/sys` or a snapshot's `sys/`.
+
+Every path is resolved component by component inside the root, following symlinks
+ourselves, so no read can leave the root: `..` never climbs above it, and in strict
+(snapshot) mode a link that is absolute or climbs out is refused with SnapshotError.
+On the live `/sys` absolute links under `/sys` are re-rooted; a link that leaves `/sys`
+reads as absent.
+
+With a `Recording` attached (capture mode) every successful read, listing and link
+lookup is written down in the snapshot layout (CONTRACT.md section 4), so that reading
+the snapshot later gives back exactly what was read live:
+
+* `class/<class>/<name>` entries (symlinks into `devices/...` on a live system) become
+  real directories;
+* a link whose target is a PCI function (`class/infiniband/mlx5_0/device ->
+  ../../../0000:18:00.0`) becomes the relative link `../../../bus/pci/devices/0000:18:00.0`
+  and what is read through it is stored under `bus/pci/devices/0000:18:00.0/`;
+* any other link is stored as a relative link to the target's own path under `sys/`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from netdoctor.errors import SnapshotError
+from netdoctor.host.types import CommandResult
+from netdoctor.util import PCI_ADDRESS_RE
+
+log = structlog.get_logger(__name__)
+
+MAX_READ_BYTES = 64 * 1024
+# The kernel gives up after 40 links (ELOOP); a snapshot with a loop gets the same treatment.
+MAX_LINK_HOPS = 40
+
+
+class UnsafePathError(SnapshotError):
+    """A path (or a link in a snapshot) would leave the root of the sys tree."""
+
+
+class Recording:
+    """Everything a capture read, in snapshot layout, for `write_snapshot`.
+
+    Paths are relative to the snapshot's `sys/` directory. Thread-safe: commands are
+    recorded from the runner's worker threads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.files: dict[str, bytes] = {}
+        self.dirs: set[str] = set()
+        self.links: dict[str, str] = {}          # link path -> relative target
+        self.commands: dict[str, CommandResult] = {}
+        self.nvml: dict[str, Any] | None = None
+        self.nvml_status: str | None = None
+
+    def add_file(self, path: str, data: bytes) -> None:
+        with self._lock:
+            self.files[path] = data
+
+    def add_dir(self, path: str) -> None:
+        with self._lock:
+            self.dirs.add(path)
+
+    def add_link(self, path: str, target: str) -> None:
+        with self._lock:
+            self.links[path] = target
+
+    def add_command(self, result: CommandResult) -> None:
+        with self._lock:
+            self.commands[result.name] = result
+
+    def set_nvml(self, report: dict[str, Any] | None, status: str) -> None:
+        with self._lock:
+            self.nvml = report
+            self.nvml_status = status
+
+
+@dataclass
+class _Resolution:
+    """A path resolved inside the root, and where a snapshot keeps it."""
+
+    physical: list[str]                 # components under the root, every link followed
+    stored: list[str] | None            # components under the snapshot's sys/; None = cannot be recorded
+    dirs: list[str] = field(default_factory=list)                 # directories to record
+    links: list[tuple[str, str]] = field(default_factory=list)    # (link path, relative target) to record
+
+
+def _user_parts(path: str) -> list[str]:
+    """Split a caller's sys path; refuse absolute paths and `..` that climbs above the root."""
+    if "\x00" in path:
+        raise UnsafePathError(f"sys path {path!r} contains a NUL byte")
+    if path.startswith("/"):
+        raise UnsafePathError(f"sys path {path!r} must be relative to /sys (e.g. 'class/infiniband')")
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    depth = 0
+    for part in parts:
+        depth += -1 if part == ".." else 1
+        if depth < 0:
+            raise UnsafePathError(f"sys path {path!r} climbs above the root")
+    return parts
+
+
+class RootedSysTree:
+    """A /sys tree under `root`. `strict=True` (snapshots) refuses links that leave the root.
+
+    `strict` defaults to True for any root other than the live `/sys`.
+    """
+
+    def __init__(self, root: Path | str, recorder: Recording | None = None, *, strict: bool | None = None) -> None:
+        self.root = Path(os.path.abspath(root))
+        self.recording = recorder
+        self.strict = strict if strict is not None else str(self.root) != "/sys"
+
+    def __repr__(self) -> str:
+        mode = "strict" if self.strict else "live"
+        return f"RootedSysTree({str(self.root)!r}, {mode}{', recording' if self.recording else ''})"
+
+    # -- resolution -------------------------------------------------------------------
+
+    def _full(self, components: list[str]) -> str:
+        return os.path.join(str(self.root), *components)
+
+    def _escape(self, message: str) -> None:
+        """A link leaves the root: refused in a snapshot, treated as absent on a live node."""
+        if self.strict:
+            raise UnsafePathError(f"snapshot {self.root}: {message}")
+        log.debug("sys link leaves the root, treated as absent", root=str(self.root), detail=message)
+
+    def _follow(self, directory: list[str], target: str, hops: int, where: str) -> list[str] | None:
+        """Resolve link text `target` found in `directory`, following further links; None if it escapes."""
+        if os.path.isabs(target):
+            root_prefix = str(self.root).rstrip("/") + "/"
+            if self.strict or not target.startswith(root_prefix):
+                self._escape(f"link {where} -> {target} is absolute")
+                return None
+            resolved: list[str] = []
+            pending = target[len(root_prefix):].split("/")
+        else:
+            resolved = list(directory)
+            pending = target.split("/")
+        pending.reverse()
+        while pending:
+            part = pending.pop()
+            if part in ("", "."):
+                continue
+            if part == "..":
+                if not resolved:
+                    self._escape(f"link {where} -> {target} climbs out of the root")
+                    return None
+                resolved.pop()
+                continue
+            candidate = resolved + [part]
+            try:
+                info = os.lstat(self._full(candidate))
+            except OSError:
+                resolved = candidate          # dangling: the rest cannot exist either
+                continue
+            if stat.S_ISLNK(info.st_mode):
+                hops += 1
+                if hops > MAX_LINK_HOPS:
+                    self._escape(f"too many levels of links at {where}")
+                    return None
+                try:
+                    inner = os.readlink(self._full(candidate))
+                except OSError:
+                    return None
+                if os.path.isabs(inner):
+                    root_prefix = str(self.root).rstrip("/") + "/"
+                    if self.strict or not inner.startswith(root_prefix):
+                        self._escape(f"link {'/'.join(candidate)} -> {inner} is absolute")
+                        return None
+                    resolved = []
+                    inner = inner[len(root_prefix):]
+                pending.extend(reversed(inner.split("/")))
+            else:
+                resolved = candidate
+        return resolved
+
+    @staticmethod
+    def _stored_target(link_path: list[str], target: list[str]) -> list[str]:
+        """Where a snapshot keeps what a link points to (see the module docstring)."""
+        if len(link_path) == 3 and link_path[0] == "class":
+            return link_path
+        if target and PCI_ADDRESS_RE.match(target[-1]):
+            return ["bus", "pci", "devices", target[-1]]
+        return target
+
+    def _cross_link(self, resolution: _Resolution, name: str, target_text: str, hops: int) -> bool:
+        """Follow link `name` (in resolution.physical) and update both paths; False if it escapes."""
+        where = "/".join(resolution.physical + [name])
+        target = self._follow(resolution.physical, target_text, hops, where)
+        if target is None:
+            return False
+        if resolution.stored is not None:
+            link_path = resolution.stored + [name]
+            mapped = self._stored_target(link_path, target)
+            if mapped == link_path:
+                resolution.dirs.append("/".join(link_path))
+            else:
+                relative = os.path.relpath("/".join(mapped), "/".join(resolution.stored) or ".")
+                resolution.links.append(("/".join(link_path), relative))
+            resolution.stored = mapped
+        resolution.physical = target
+        return True
+
+    def _resolve(self, path: str, follow_last: bool = True) -> _Resolution | None:
+        """Resolve a caller's path; None when a link on the way leaves the root (live mode)."""
+        parts = _user_parts(path)
+        resolution = _Resolution(physical=[], stored=[])
+        crossed_link = False
+        for index, part in enumerate(parts):
+            last = index == len(parts) - 1
+            if part == "..":
+                if not resolution.physical:
+                    raise UnsafePathError(f"sys path {path!r} climbs above the root")
+                resolution.physical.pop()
+                if resolution.stored is not None:
+                    # After a link the snapshot layout and the physical tree part ways;
+                    # climbing back up from there has no faithful recorded form.
+                    resolution.stored = None if crossed_link else resolution.stored[:-1]
+                continue
+            candidate = resolution.physical + [part]
+            try:
+                info = os.lstat(self._full(candidate))
+            except OSError:
+                info = None
+            if info is not None and stat.S_ISLNK(info.st_mode) and (follow_last or not last):
+                try:
+                    target_text = os.readlink(self._full(candidate))
+                except OSError:
+                    return None
+                if not self._cross_link(resolution, part, target_text, 1):
+                    return None
+                crossed_link = True
+            else:
+                resolution.physical = candidate
+                if resolution.stored is not None:
+                    resolution.stored = resolution.stored + [part]
+        return resolution
+
+    def _record_resolution(self, resolution: _Resolution) -> None:
+        if self.recording is None:
+            return
+        for directory in resolution.dirs:
+            self.recording.add_dir(directory)
+        for link_path, target in resolution.links:
+            self.recording.add_link(link_path, target)
+
+    # -- SysTree ----------------------------------------------------------------------
+
+    def read(self, path: str) -> str | None:
+        """Text of a sysfs file with ONE trailing newline removed; None if absent or unreadable.
+
+        Real sysfs attributes end in a newline; hand-made fixtures (gpud's) often do not,
+        so only one is removed and `rate` etc. compare the same either way.
+        """
+        data = self.read_bytes(path)
+        if data is None:
+            return None
+        text = data.decode("utf-8", errors="replace")
+        return text[:-1] if text.endswith("\n") else text
+
+    def read_bytes(self, path: str) -> bytes | None:
+        """Raw content of a regular file, at most MAX_READ_BYTES; None if absent or unreadable."""
+        resolution = self._resolve(path)
+        if resolution is None:
+            return None
+        full = self._full(resolution.physical)
+        try:
+            # O_NONBLOCK: a FIFO planted in a snapshot must not hang the open.
+            descriptor = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as error:
+            if error.errno not in (errno.ENOENT, errno.ENOTDIR):
+                # EACCES (root-only attributes), EIO/ENODEV (device gone or in reset) are routine in /sys.
+                log.debug("sys file unreadable", path=path, error=os.strerror(error.errno or 0))
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                log.debug("sys path is not a regular file", path=path)
+                return None
+            chunks: list[bytes] = []
+            size = 0
+            while size < MAX_READ_BYTES:
+                chunk = os.read(descriptor, MAX_READ_BYTES - size)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            data = b"".join(chunks)
+        except OSError as error:
+            # e.g. /sys/class/net/<if>/speed gives EINVAL while the link is down.
+            log.debug("sys file unreadable", path=path, error=os.strerror(error.errno or 0))
+            return None
+        finally:
+            os.close(descriptor)
+        if self.recording is not None:
+            self._record_resolution(resolution)
+            if resolution.stored is not None:
+                self.recording.add_file("/".join(resolution.stored), data)
+            else:
+                log.debug("sys read not recordable in a snapshot", path=path)
+        return data
+
+    def listdir(self, path: str) -> list[str]:
+        """Sorted entries of a directory; [] if absent or not a directory."""
+        resolution = self._resolve(path)
+        if resolution is None:
+            return []
+        full = self._full(resolution.physical)
+        try:
+            names = sorted(os.listdir(full))
+        except OSError:
+            return []
+        if self.recording is not None and resolution.stored is not None:
+            self._record_resolution(resolution)
+            self.recording.add_dir("/".join(resolution.stored))
+            for name in names:
+                self._record_entry(resolution, name)
+        return names
+
+    def _record_entry(self, directory: _Resolution, name: str) -> None:
+        """Record one listed entry so the listing reads back the same (subdirectories, links)."""
+        assert self.recording is not None and directory.stored is not None
+        try:
+            info = os.lstat(self._full(directory.physical + [name]))
+        except OSError:
+            return
+        if stat.S_ISDIR(info.st_mode):
+            self.recording.add_dir("/".join(directory.stored + [name]))
+        elif stat.S_ISLNK(info.st_mode):
+            entry = _Resolution(physical=list(directory.physical), stored=list(directory.stored))
+            try:
+                target_text = os.readlink(self._full(directory.physical + [name]))
+                if self._cross_link(entry, name, target_text, 1):
+                    self._record_resolution(entry)
+            except (OSError, UnsafePathError):
+                # A listing must not fail because one sibling link is odd; reading it will.
+                return
+        # Regular files are recorded when read: a file that could not be read live
+        # reads as absent from the snapshot too.
+
+    def is_dir(self, path: str) -> bool:
+        resolution = self._resolve(path)
+        if resolution is None:
+            return False
+        # Every link on the way is resolved, so the last component is not a link here.
+        if not os.path.isdir(self._full(resolution.physical)):
+            return False
+        if self.recording is not None and resolution.stored is not None:
+            self._record_resolution(resolution)
+            self.recording.add_dir("/".join(resolution.stored))
+        return True
+
+    def exists(self, path: str) -> bool:
+        resolution = self._resolve(path)
+        if resolution is None:
+            return False
+        full = self._full(resolution.physical)
+        if not os.path.lexists(full):
+            return False
+        if self.recording is not None and resolution.stored is not None:
+            if os.path.isdir(full):
+                self._record_resolution(resolution)
+                self.recording.add_dir("/".join(resolution.stored))
+            else:
+                self.read_bytes(path)
+        return True
+
+    def link_name(self, path: str) -> str | None:
+        """Basename of a symlink's target (`class/infiniband/mlx5_0/device` -> `0000:18:00.0`)."""
+        parts = _user_parts(path)
+        if not parts or parts[-1] == "..":
+            return None
+        resolution = self._resolve("/".join(parts[:-1]))
+        if resolution is None:
+            return None
+        name = parts[-1]
+        full = self._full(resolution.physical + [name])
+        try:
+            target_text = os.readlink(full)
+        except OSError:
+            return None
+        basename = os.path.basename(target_text.rstrip("/"))
+        if not basename or basename in (".", ".."):
+            # `../..`-style targets: the name is that of the resolved directory.
+            target = self._follow(resolution.physical, target_text, 1, "/".join(resolution.physical + [name]))
+            basename = target[-1] if target else ""
+        if self.strict or self.recording is not None:
+            # Validates the target stays inside (strict) and records the link (capture).
+            link = _Resolution(physical=list(resolution.physical), stored=resolution.stored)
+            if not self._cross_link(link, name, target_text, 1):
+                return None
+            if self.recording is not None and resolution.stored is not None:
+                self._record_resolution(resolution)
+                self._record_resolution(link)
+        return basename or None

@@ -1,0 +1,53 @@
+"""Static hardware knowledge: PCI device ids and CA types to product names."""
+
+from __future__ import annotations
+
+# Mellanox/NVIDIA CA types as `ibstat` and sysfs `hca_type` print them (MT + PCI device id
+# in decimal, which is also ibv_devinfo's `vendor_part_id`).
+HCA_MODELS: dict[str, str] = {
+    "MT4099": "ConnectX-3",
+    "MT4103": "ConnectX-3 Pro",
+    "MT4113": "Connect-IB",
+    "MT4115": "ConnectX-4",
+    "MT4116": "ConnectX-4 VF",
+    "MT4117": "ConnectX-4 Lx",
+    "MT4118": "ConnectX-4 Lx VF",
+    "MT4119": "ConnectX-5",
+    "MT4120": "ConnectX-5 VF",
+    "MT4121": "ConnectX-5 Ex",
+    "MT4122": "ConnectX-5 Ex VF",
+    "MT4123": "ConnectX-6",
+    "MT4124": "ConnectX-6 VF",
+    "MT4125": "ConnectX-6 Dx",
+    "MT4126": "ConnectX VF",
+    "MT4127": "ConnectX-6 Lx",
+    "MT4129": "ConnectX-7",
+    "MT4131": "ConnectX-8",
+    "MT41682": "BlueField",
+    "MT41686": "BlueField-2",
+    "MT41692": "BlueField-3",
+}
+
+
+def hca_model(ca_type: str | None) -> str | None:
+    if not ca_type:
+        return None
+    return HCA_MODELS.get(ca_type.strip().upper())
+
+
+def ca_type_from_part_id(vendor_part_id: int | None) -> str | None:
+    return f"MT{vendor_part_id}" if vendor_part_id else None
+
+
+def canonical_pci_address(address: str | None) -> str | None:
+    """`00000000:18:00.0` (NVML) or `0000:18:00.0` or `18:00.0` -> `0000:18:00.0`, lower case."""
+    if not address:
+        return None
+    text = address.strip().lower()
+    parts = text.split(":")
+    if len(parts) == 2:                     # bus:device.function, domain 0
+        return f"0000:{parts[0]:0>2}:{parts[1]}"
+    if len(parts) == 3:
+        domain = parts[0][-4:].rjust(4, "0")
+        return f"{domain}:{parts[1]:0>2}:{parts[2]}"
+    return text

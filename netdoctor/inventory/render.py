@@ -1,0 +1,156 @@
+"""Show an inventory: the `discover` text view and its JSON form."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from netdoctor.inventory.model import Inventory, LinkLayer, SourceState
+
+SCHEMA = "netdoctor.inventory/1"
+
+
+def inventory_to_json(inventory: Inventory) -> dict[str, Any]:
+    """A JSON-ready dict; the topology's pair keys become a nested row -> column map."""
+    data = _plain(inventory)
+    data = {"schema": SCHEMA, **data}
+    if inventory.topology is not None:
+        topology = data["topology"]
+        matrix: dict[str, dict[str, str]] = {}
+        for (row, column), kind in inventory.topology.links.items():
+            matrix.setdefault(row, {})[column] = kind
+        topology["links"] = matrix
+    for hca in data["hcas"]:
+        hca["ports"] = [hca["ports"][key] for key in sorted(hca["ports"], key=int)]
+    return data
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: _plain(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {str(key) if not isinstance(key, tuple) else ",".join(map(str, key)): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
+    lines = [indent + "  ".join(header.ljust(width) for header, width in zip(headers, widths, strict=False)).rstrip()]
+    for row in rows:
+        lines.append(indent + "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)).rstrip())
+    return lines
+
+
+def _or_dash(value: Any) -> str:
+    return "-" if value is None or value == "" else str(value)
+
+
+def _pcie(link: Any) -> str:
+    if link is None:
+        return "-"
+
+    def one(gen: int | None, width: int | None) -> str:
+        return f"Gen{_or_dash(gen)} x{_or_dash(width)}"
+
+    return f"{one(link.current_gen, link.current_width)} / {one(link.max_gen, link.max_width)}"
+
+
+def render_inventory_text(inventory: Inventory) -> str:
+    lines: list[str] = []
+    driver = f"   driver {inventory.driver_version}" if inventory.driver_version else ""
+    if inventory.cuda_driver_version:
+        driver += f" (CUDA {inventory.cuda_driver_version // 1000}.{inventory.cuda_driver_version % 1000 // 10})"
+    lines.append(f"host {inventory.host}   captured {inventory.captured_at}{driver}")
+    not_found: list[str] = []
+
+    if inventory.gpus:
+        lines += ["", f"GPUs ({len(inventory.gpus)})"]
+        rows = []
+        for gpu in inventory.gpus:
+            pcie = gpu.pcie or inventory.pcie.get(gpu.pci_address or "")
+            nvlink = f"{_or_dash(gpu.nvlink_active)}/{_or_dash(gpu.nvlink_total)}" if gpu.nvlink_total is not None else "-"
+            pstate = f"P{gpu.performance_state}" if gpu.performance_state is not None else "-"
+            rows.append([gpu.label, _or_dash(gpu.name), _or_dash(gpu.pci_address), _or_dash(gpu.numa_node),
+                         _or_dash(gpu.cpu_affinity), _pcie(pcie), nvlink, pstate])
+        lines += _table(["GPU", "name", "PCI", "NUMA", "CPUs", "PCIe now / max", "NVLink", "P-state"], rows)
+    else:
+        not_found.append(f"no NVIDIA GPUs ({inventory.source('nvml').reason()})")
+
+    if inventory.hcas:
+        lines += ["", f"RDMA devices ({len(inventory.hcas)}) and ports ({len(inventory.ports)})"]
+        rows = []
+        for hca in inventory.hcas:
+            model = hca.model or hca.ca_type
+            device = [hca.name, _or_dash(model), _or_dash(hca.firmware), _or_dash(hca.pci_address), _or_dash(hca.numa_node),
+                      _pcie(inventory.pcie.get(hca.pci_address or ""))]
+            if not hca.ports:
+                rows.append(device + ["-"] * 8)
+            for port in sorted(hca.ports.values(), key=lambda p: p.number):
+                layer = {LinkLayer.INFINIBAND: "IB", LinkLayer.ETHERNET: "Eth"}.get(port.link_layer, "-") if port.link_layer else "-"
+                state = f"{_or_dash(port.state)}/{_or_dash(port.phys_state)}"
+                rows.append(device + [str(port.number), state, port.rate.describe() if port.rate else "-", layer,
+                                      _or_dash(port.lid), _or_dash(port.sm_lid), _or_dash(port.active_mtu), _or_dash(port.netdev)])
+        lines += _table(["HCA", "model", "firmware", "PCI", "NUMA", "PCIe now / max", "port", "state", "rate", "layer",
+                         "LID", "SM", "MTU", "netdev"], rows)
+    else:
+        reasons = [inventory.source(name).reason() for name in ("sysfs", "ibstat") if inventory.source(name).state is not SourceState.NOT_RUN]
+        not_found.append("no RDMA devices" + (f" ({'; '.join(reasons)})" if reasons else ""))
+
+    if inventory.netdevs:
+        lines += ["", f"Network interfaces ({len(inventory.netdevs)})"]
+        rows = []
+        for netdev in inventory.netdevs:
+            kind = "IPoIB" if netdev.is_ipoib else ("Ethernet" if netdev.arp_type == 1 else _or_dash(netdev.arp_type))
+            speed = f"{netdev.speed_mbps // 1000} Gb/s" if netdev.speed_mbps and netdev.speed_mbps >= 1000 else _or_dash(netdev.speed_mbps)
+            qos = "-"
+            if netdev.qos:
+                qos = f"trust {_or_dash(netdev.qos.trust)}, PFC {','.join(map(str, netdev.qos.pfc_enabled)) or 'off'}"
+            ecn = ",".join(str(prio) for prio, on in sorted(netdev.ecn_np.items()) if on) or ("off" if netdev.ecn_np else "-")
+            rows.append([netdev.name, kind, _or_dash(netdev.mtu), _or_dash(netdev.operstate), speed,
+                         _or_dash(netdev.pci_address), _or_dash(netdev.rdma_port), qos, ecn])
+        lines += _table(["netdev", "type", "MTU", "state", "speed", "PCI", "RDMA port", "QoS", "ECN prio"], rows)
+
+    topology = inventory.topology
+    if topology is not None and topology.gpus:
+        lines += ["", "GPU <-> GPU/NIC matrix (nvidia-smi topo -m)"]
+        columns = list(topology.gpus) + list(topology.nics)
+        rows = []
+        for gpu in topology.gpus:
+            rows.append([gpu] + [_or_dash(topology.link(gpu, column)) for column in columns]
+                        + [_or_dash(topology.numa_affinity.get(gpu)), _or_dash(topology.cpu_affinity.get(gpu))])
+        lines += _table([""] + columns + ["NUMA", "CPU affinity"], rows)
+        if topology.nic_names:
+            lines.append("  " + "  ".join(f"{label}={name}" for label, name in topology.nic_names.items()))
+    elif inventory.gpus:
+        lines += ["", f"GPU <-> NIC matrix: {inventory.source('nvidia-smi-topo-m').reason()}"]
+
+    peer = inventory.peer_memory
+    if peer.nvidia_peermem is None:
+        gpudirect = "unknown (no module list)"
+    else:
+        loaded = [name for name, on in (("nvidia_peermem", peer.nvidia_peermem), ("nv_peer_mem", peer.nv_peer_mem), ("gdrdrv", peer.gdrdrv)) if on]
+        gpudirect = ", ".join(loaded) + " loaded" if loaded else "nvidia_peermem / nv_peer_mem not loaded"
+    dmabuf = {gpu.dmabuf_supported for gpu in inventory.gpus}
+    if dmabuf == {True}:
+        gpudirect += "; DMA-BUF supported by every GPU"
+    elif False in dmabuf:
+        gpudirect += "; DMA-BUF not supported"
+    lines += ["", f"GPUDirect RDMA: {gpudirect}"]
+
+    if not_found:
+        lines += ["", "Not found: " + "; ".join(not_found)]
+    problems = [status for status in inventory.sources.values() if status.state not in (SourceState.OK, SourceState.NOT_RUN)]
+    if problems:
+        lines += ["", "Sources that gave nothing usable:"]
+        lines += [f"  {status.reason()}" for status in sorted(problems, key=lambda status: status.name)]
+    if inventory.conflicts:
+        lines += ["", "Sources disagree:"]
+        for conflict in inventory.conflicts:
+            values = ", ".join(f"{source}={value}" for source, value in conflict.values.items())
+            lines.append(f"  {conflict.subject} {conflict.fact}: {values} (using {conflict.chosen})")
+    return "\n".join(lines) + "\n"

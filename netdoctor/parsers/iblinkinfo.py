@@ -1,0 +1,240 @@
+"""`iblinkinfo` (grouped and `-l` line form) and `ibnetdiscover -p` parsers.
+
+Fabric-wide outputs run to ~80k lines on a 2,000-switch fabric, so each line is matched
+by one precompiled, anchored regex without nested quantifiers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from netdoctor.errors import NothingToParse, ParseError
+from netdoctor.inventory.model import PhysState, PortState
+from netdoctor.parsers.common import (
+    is_paste_noise,
+    numbered_lines,
+    phys_state_from_text,
+    port_state_from_text,
+    require_text,
+    screen_tool_errors,
+)
+from netdoctor.parsers.sysfs_values import IB_SPEED_LANE_GBPS, speed_name_from_lane
+
+SOURCE = "iblinkinfo"
+
+
+@dataclass(frozen=True)
+class FabricLink:
+    """One port of one fabric node and what it is cabled to.
+
+    `node_kind` is "CA" or "Switch" (None in `iblinkinfo -l`, which does not say).
+    `lane_gbps` is the per-lane signalling rate as printed (`25.78125`), `speed` its class
+    (`EDR`). Down ports have width/speed None and no peer. `could_be_*` come from the
+    `( Could be 4X Could be 25.78125 Gbps )` hint iblinkinfo prints for links running
+    below what both ends support.
+    """
+
+    node_kind: str | None
+    node_guid: str | None
+    node_description: str
+    lid: int | None
+    port: int
+    width: int | None = None
+    lane_gbps: float | None = None
+    speed: str | None = None
+    state: PortState | None = None
+    phys_state: PhysState | None = None
+    peer_guid: str | None = None
+    peer_lid: int | None = None
+    peer_port: int | None = None
+    peer_description: str | None = None
+    could_be_width: int | None = None
+    could_be_lane_gbps: float | None = None
+
+    @property
+    def connected(self) -> bool:
+        return self.peer_port is not None
+
+
+_CA_HEADER = re.compile(r"^CA:\s*(?P<desc>.*):\s*$")
+_SWITCH_HEADER = re.compile(r"^Switch:\s*(?P<guid>0x[0-9a-fA-F]+)\s+(?P<desc>.*):\s*$")
+# `      0xec0d9a03003d62be      4    1[  ] ==( 4X      25.78125 Gbps Active/  LinkUp)==>       2   17[  ] "MF0;SB7700:MSB7700/U1" ( )`
+# `           2    1[  ] ==(                Down/ Polling)==>             [  ] "" ( )`
+# -l: `0x7cfe9003009ce5b0 "           ib-i1l1s01"   1719   10[  ] ==( 4X 25.78125 Gbps Active/  LinkUp)==>  0x7cfe9003003b4bde  134    1[  ] "o0001 HCA-1" ( )`
+_PORT_LINE = re.compile(
+    r"^\s*(?:(?P<guid>0x[0-9a-fA-F]+)\s+)?(?:\"(?P<desc>[^\"]*)\"\s+)?"
+    r"(?P<lid>\d+)\s+(?P<port>\d+)\[[^\]]*\]\s+==\((?P<link>.*?)\)==>\s*(?P<peer>.*)$"
+)
+_LINK = re.compile(
+    r"^\s*(?:(?P<width>\d+)X\s+(?P<lane>\d+(?:\.\d+)?)\s+Gbps(?:\s+\((?P<speed>[A-Z0-9]+)\))?\s+)?"
+    r"(?P<state>[A-Za-z]+)/\s*(?P<phys>[A-Za-z ]+?)\s*$"
+)
+_PEER_CONNECTED = re.compile(
+    r"^(?:(?P<guid>0x[0-9a-fA-F]+)\s+)?(?P<lid>\d+)\s+(?P<port>\d+)\[[^\]]*\]\s+\"(?P<desc>.*)\"\s*\((?P<hint>[^()]*)\)\s*$"
+)
+_PEER_NONE = re.compile(r"^\[[^\]]*\]\s+\"\"\s*\((?P<hint>[^()]*)\)\s*$")
+_COULD_BE_WIDTH = re.compile(r"Could be\s+(\d+)X")
+_COULD_BE_SPEED = re.compile(r"Could be\s+(\d+(?:\.\d+)?)\s*Gbps")
+
+
+def _parse_port_line(
+    match: re.Match[str], node_kind: str | None, node_guid: str | None, node_description: str, number: int, raw: str
+) -> FabricLink:
+    link = _LINK.match(match.group("link"))
+    if not link:
+        raise ParseError(SOURCE, "link field must look like '( 4X 25.78125 Gbps Active/ LinkUp)'", number, raw)
+    peer_text = match.group("peer")
+    peer = _PEER_CONNECTED.match(peer_text)
+    hint = ""
+    peer_fields: dict[str, object] = {}
+    if peer:
+        hint = peer.group("hint")
+        peer_fields = {
+            "peer_guid": peer.group("guid").lower() if peer.group("guid") else None,
+            "peer_lid": int(peer.group("lid")),
+            "peer_port": int(peer.group("port")),
+            "peer_description": peer.group("desc").strip(),
+        }
+    else:
+        unconnected = _PEER_NONE.match(peer_text)
+        if not unconnected:
+            raise ParseError(SOURCE, "peer field not recognised", number, raw)
+        hint = unconnected.group("hint")
+    lane = float(link.group("lane")) if link.group("lane") else None
+    speed = link.group("speed") if link.group("speed") in IB_SPEED_LANE_GBPS else None
+    could_width = _COULD_BE_WIDTH.search(hint)
+    could_speed = _COULD_BE_SPEED.search(hint)
+    guid = match.group("guid")
+    return FabricLink(
+        node_kind=node_kind,
+        node_guid=guid.lower() if guid else node_guid,
+        node_description=match.group("desc").strip() if match.group("desc") is not None else node_description,
+        lid=int(match.group("lid")),
+        port=int(match.group("port")),
+        width=int(link.group("width")) if link.group("width") else None,
+        lane_gbps=lane,
+        speed=speed or (speed_name_from_lane(lane) if lane is not None else None),
+        state=port_state_from_text(SOURCE, link.group("state"), number, raw),
+        phys_state=phys_state_from_text(SOURCE, link.group("phys"), number, raw),
+        could_be_width=int(could_width.group(1)) if could_width else None,
+        could_be_lane_gbps=float(could_speed.group(1)) if could_speed else None,
+        **peer_fields,  # type: ignore[arg-type]
+    )
+
+
+def parse_iblinkinfo(text: str) -> list[FabricLink]:
+    """Parse `iblinkinfo` (grouped by node) or `iblinkinfo -l` (one line per link).
+
+    Sample (grouped)::
+
+        CA: n02 HCA-1:
+              0xec0d9a03003d62be      4    1[  ] ==( 4X      25.78125 Gbps Active/  LinkUp)==>       2   17[  ] "MF0;SB7700:MSB7700/U1" ( )
+        Switch: 0x506b4b0300820910 MF0;SB7700:MSB7700/U1:
+                   2    1[  ] ==(                Down/ Polling)==>             [  ] "" ( )
+                   2   17[  ] ==( 4X      25.78125 Gbps Active/  LinkUp)==>       4    1[  ] "n02 HCA-1" ( )
+    """
+    require_text(SOURCE, text)
+    screen_tool_errors(SOURCE, text)
+    links: list[FabricLink] = []
+    node_kind: str | None = None
+    node_guid: str | None = None
+    node_description = ""
+    in_group = False
+    for number, raw in numbered_lines(text):
+        if is_paste_noise(raw):
+            continue
+        line = raw.strip()
+        port_line = _PORT_LINE.match(line)
+        if port_line:
+            line_mode = port_line.group("desc") is not None
+            if not line_mode and not in_group:
+                raise ParseError(SOURCE, "port line before any 'CA:' or 'Switch:' header", number, raw)
+            kind = None if line_mode else node_kind
+            links.append(_parse_port_line(port_line, kind, node_guid if not line_mode else None, node_description, number, raw))
+            continue
+        switch = _SWITCH_HEADER.match(line)
+        if switch:
+            node_kind, node_guid, node_description, in_group = "Switch", switch.group("guid").lower(), switch.group("desc").strip(), True
+            continue
+        ca = _CA_HEADER.match(line)
+        if ca:
+            node_kind, node_guid, node_description, in_group = "CA", None, ca.group("desc").strip(), True
+            continue
+        raise ParseError(SOURCE, "line not recognised as iblinkinfo output", number, raw)
+    if not links:
+        raise NothingToParse(SOURCE, "no links in output")
+    return links
+
+
+# --- ibnetdiscover -p -------------------------------------------------------------------
+
+NETDISCOVER_SOURCE = "ibnetdiscover"
+
+_NODE_KINDS = {"CA": "CA", "SW": "Switch", "RT": "Router"}
+# `CA   134  1 0x7cfe9003003b4bde 4x EDR - SW  1719 10 0x7cfe9003009ce5b0 ( 'o0001 HCA-1' - 'ib-i1l1s01' )`
+# `SW  2052 37 0x506b4b03005c2740 4x ???                                    'ib-i4l1s01'`
+_NETDISCOVER_PORT = re.compile(
+    r"^(?P<kind>CA|SW|RT)\s+(?P<lid>\d+)\s+(?P<port>\d+)\s+(?P<guid>0x[0-9a-fA-F]+)\s+(?P<width>\d+)x\s+(?P<speed>\S+)"
+    r"(?P<rest>.*)$"
+)
+_NETDISCOVER_PEER = re.compile(
+    r"^\s+-\s+(?P<kind>CA|SW|RT)\s+(?P<lid>\d+)\s+(?P<port>\d+)\s+(?P<guid>0x[0-9a-fA-F]+)\s+"
+    r"\(\s*'(?P<desc>.*)'\s+-\s+'(?P<peer_desc>.*)'\s*\)\s*$"
+)
+
+
+def parse_ibnetdiscover_ports(text: str) -> list[FabricLink]:
+    """Parse `ibnetdiscover -p` (ports report). No port state is printed: state stays None.
+
+    Sample::
+
+        CA   134  1 0x7cfe9003003b4bde 4x EDR - SW  1719 10 0x7cfe9003009ce5b0 ( 'o0001 HCA-1' - 'ib-i1l1s01' )
+        SW  2052 37 0x506b4b03005c2740 4x ???                                    'ib-i4l1s01'
+
+    Unconnected ports print `???` or a stale `SDR` speed and only their own description
+    (quoted or not); the width/speed of unconnected ports are reported as printed.
+    """
+    require_text(NETDISCOVER_SOURCE, text)
+    screen_tool_errors(NETDISCOVER_SOURCE, text)
+    links: list[FabricLink] = []
+    for number, raw in numbered_lines(text):
+        if is_paste_noise(raw):
+            continue
+        match = _NETDISCOVER_PORT.match(raw.strip())
+        if not match:
+            raise ParseError(NETDISCOVER_SOURCE, "line not recognised as 'ibnetdiscover -p' output", number, raw)
+        speed = match.group("speed")
+        known_speed = speed if speed in IB_SPEED_LANE_GBPS else None
+        if known_speed is None and speed != "???":
+            raise ParseError(NETDISCOVER_SOURCE, f"unknown link speed {speed[:20]!r}", number, raw)
+        peer = _NETDISCOVER_PEER.match(match.group("rest"))
+        fields: dict[str, object]
+        if peer:
+            fields = {
+                "node_description": peer.group("desc").strip(),
+                "peer_guid": peer.group("guid").lower(),
+                "peer_lid": int(peer.group("lid")),
+                "peer_port": int(peer.group("port")),
+                "peer_description": peer.group("peer_desc").strip(),
+            }
+        else:
+            rest = match.group("rest").strip()
+            if rest.startswith("-"):
+                raise ParseError(NETDISCOVER_SOURCE, "peer part not recognised", number, raw)
+            fields = {"node_description": rest.strip("'").strip()}
+        links.append(
+            FabricLink(
+                node_kind=_NODE_KINDS[match.group("kind")],
+                node_guid=match.group("guid").lower(),
+                lid=int(match.group("lid")),
+                port=int(match.group("port")),
+                width=int(match.group("width")),
+                lane_gbps=IB_SPEED_LANE_GBPS[known_speed] if known_speed else None,
+                speed=known_speed,
+                **fields,  # type: ignore[arg-type]
+            )
+        )
+    if not links:
+        raise NothingToParse(NETDISCOVER_SOURCE, "no ports in output")
+    return links

@@ -1,0 +1,80 @@
+"""`--format prometheus`: node_exporter textfile-collector format.
+
+Write it with `-o /var/lib/node_exporter/textfile/netdoctor.prom` (the write is atomic,
+as the textfile collector requires). Metrics (host comes from the scrape's `instance`):
+
+    netdoctor_grade                           0 pass, 1 warn, 2 fail, 3 unknown (= exit code)
+    netdoctor_check_status{check}             worst status of the check
+    netdoctor_finding_status{check,subject}   one sample per finding (label `shadow="true"` when not graded)
+    netdoctor_run_duration_seconds            wall time of the run
+    netdoctor_last_run_timestamp_seconds      Unix time the run started
+    netdoctor_info{version,rules}             always 1
+    netdoctor_nccl_busbw_gbps                 NCCL bus bandwidth, GB/s (only when the probe ran)
+
+Status values: 0 pass, 1 warn, 2 fail, 3 unknown, -1 skip (not applicable). Skips are
+kept, as -1, so that "the check exists and has nothing to judge" differs from "metric
+gone" (an absent series is what alerting on staleness looks for). Alert on `> 0`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from netdoctor.report.model import Report, Status
+
+STATUS_VALUE = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.UNKNOWN: 3, Status.SKIP: -1}
+
+
+def escape_label_value(value: str) -> str:
+    """Escape per the exposition format: backslash, double quote and line feed."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(**labels: str) -> str:
+    inner = ",".join(f'{name}="{escape_label_value(value)}"' for name, value in labels.items())
+    return "{" + inner + "}" if inner else ""
+
+
+def _number(value: float) -> str:
+    """Full precision (`:g` would round a Unix timestamp to 6 digits); integers without `.0`."""
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _timestamp(started_at: str) -> float | None:
+    try:
+        return datetime.fromisoformat(started_at.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def render_prometheus(report: Report) -> str:
+    from netdoctor.report.render import probe_busbw
+
+    lines: list[str] = []
+
+    def metric(name: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} gauge")
+        lines.extend(f"{name}{labels} {_number(value)}" for labels, value in samples)
+
+    metric("netdoctor_grade", "Node grade: 0 pass, 1 warn, 2 fail, 3 unknown (the exit code).",
+           [("", report.grade.exit_code)])
+    metric("netdoctor_check_status", "Worst status of each check: 0 pass, 1 warn, 2 fail, 3 unknown, -1 skip.",
+           [(_labels(check=outcome.check), STATUS_VALUE[outcome.status]) for outcome in report.checks])
+    metric("netdoctor_finding_status",
+           "Status of one finding: 0 pass, 1 warn, 2 fail, 3 unknown, -1 skip; shadow findings are not graded.",
+           [(_labels(check=finding.check, subject=finding.subject, shadow=str(finding.shadow).lower()),
+             STATUS_VALUE[finding.status]) for finding in report.findings])
+    metric("netdoctor_run_duration_seconds", "Wall-clock duration of the netdoctor run.",
+           [("", round(report.duration_s, 3))])
+    started = _timestamp(report.started_at)
+    if started is not None:
+        metric("netdoctor_last_run_timestamp_seconds", "Unix time at which the netdoctor run started.",
+               [("", started)])
+    metric("netdoctor_info", "netdoctor version and rule pack of the run.",
+           [(_labels(version=report.netdoctor_version, rules=report.rules), 1)])
+    busbw = probe_busbw(report.probe)
+    if busbw is not None:
+        metric("netdoctor_nccl_busbw_gbps", "NCCL all-reduce bus bandwidth of the local GPUs, GB/s.",
+               [("", busbw)])
+    return "\n".join(lines) + "\n"

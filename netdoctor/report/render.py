@@ -1,0 +1,73 @@
+"""One findings list, several renderers; and the atomic `-o FILE` write."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from netdoctor.errors import UsageError
+from netdoctor.report.model import Report
+from netdoctor.util import atomic_write
+
+FORMATS = ("text", "json", "prometheus", "junit")
+
+
+def render(report: Report, output_format: str, *, color: bool = False) -> str:
+    """The report in `output_format` (one of FORMATS)."""
+    if output_format == "text":
+        from netdoctor.report.text import render_text
+        return render_text(report, color=color)
+    if output_format == "json":
+        from netdoctor.report.json_report import render_json
+        return render_json(report)
+    if output_format == "prometheus":
+        from netdoctor.report.prometheus import render_prometheus
+        return render_prometheus(report)
+    if output_format == "junit":
+        from netdoctor.report.junit import render_junit
+        return render_junit(report)
+    raise UsageError(f"unknown output format {output_format!r}; choose one of {', '.join(FORMATS)}")
+
+
+def use_color(stream: TextIO, environ: Mapping[str, str] | None = None) -> bool:
+    """ANSI colors only on a terminal, and never when NO_COLOR is set (no-color.org)."""
+    env = os.environ if environ is None else environ
+    if "NO_COLOR" in env:
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def write_report_file(path: Path, text: str) -> None:
+    """Write the report atomically (mode 0644): node_exporter's textfile collector and
+    monitoring readers must never see half a file."""
+    try:
+        atomic_write(path, text, mode=0o644)
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from error
+
+
+def emit(text: str, output: Path | None, stream: TextIO | None = None) -> None:
+    """The report goes to `output` (atomically; stdout stays empty) or to stdout."""
+    if output is not None:
+        write_report_file(output, text)
+        return
+    target = stream if stream is not None else sys.stdout
+    target.write(text)
+    target.flush()
+
+
+def probe_busbw(probe: Mapping[str, Any] | None) -> float | None:
+    """The probe's bus bandwidth in GB/s, when the probe ran and measured one."""
+    if not probe:
+        return None
+    for key in ("busbw_gbps", "nccl_busbw_gbps"):
+        value = probe.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None

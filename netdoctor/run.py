@@ -1,0 +1,258 @@
+"""Orchestration of `netdoctor check`: source -> inventory -> rules -> history -> probe -> checks -> report.
+
+Everything runs against one wall-clock deadline (`--deadline`, default 10 s, 20 s when
+the NCCL probe runs). Discovery and the probe run in daemon threads that the main
+thread stops waiting for at their share of the budget, so the report always comes by
+the deadline (plus a fraction of a second), even when a tool, NVML or a plugin hangs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, is_dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import structlog
+
+from netdoctor import __version__
+from netdoctor.checks.api import CounterHistory
+from netdoctor.checks.engine import run_checks, select_checks
+from netdoctor.checks.registry import Registry, load_registry
+from netdoctor.errors import NetdoctorError, UsageError
+from netdoctor.host.types import NodeSource
+from netdoctor.inventory.model import Inventory
+from netdoctor.report.model import Finding, Grade, Report, Status, grade_of
+from netdoctor.util import utc_now_iso
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_STATE_PATH = Path("/var/lib/netdoctor/state.json")
+DEFAULT_DEADLINE_S = 10.0
+DEFAULT_DEADLINE_WITH_PROBE_S = 20.0
+TOOL_TIMEOUT_S = 5.0
+# Kept back from discovery for the checks and the report (they take milliseconds;
+# the margin covers a loaded node).
+RESERVE_S = 1.0
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """What `netdoctor check` was asked to do (the CLI's options, typed)."""
+
+    snapshot: Path | None = None
+    rules: str | None = None
+    only: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
+    no_probe: bool = False
+    deadline_s: float | None = None
+    state: Path | None = None
+    baseline: Path | None = None
+    plugin_dirs: tuple[Path, ...] = ()
+    debug: bool = False
+
+
+@contextlib.contextmanager
+def open_source(snapshot: Path | None, *, tool_timeout_s: float = TOOL_TIMEOUT_S) -> Iterator[NodeSource]:
+    """The node to judge: the snapshot at `snapshot`, or the live node."""
+    if snapshot is not None:
+        from netdoctor.host.snapshot import open_snapshot
+
+        with open_snapshot(snapshot) as source:
+            yield source
+        return
+    from netdoctor.host.live import LiveSource
+
+    yield LiveSource(sys_root="/sys", record=False, tool_timeout_s=tool_timeout_s)
+
+
+class _Timeout(Exception):
+    pass
+
+
+class DiscoveryTimeout(NetdoctorError):
+    """Discovery (a tool, NVML, sysfs) did not finish before its deadline."""
+
+
+def _call_with_deadline(name: str, function: Callable[[], T], wait_until: float) -> T:
+    """Run `function` in a daemon thread; give up waiting at `wait_until` (monotonic).
+
+    A daemon thread because a hung NVML call or tool read cannot be interrupted: we stop
+    waiting for it, and the process exits without joining it.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = function()
+        except BaseException as error:  # handed to the caller's thread below
+            box["error"] = error
+
+    worker = threading.Thread(target=target, name=name, daemon=True)
+    worker.start()
+    worker.join(timeout=max(0.0, wait_until - time.monotonic()))
+    if worker.is_alive():
+        raise _Timeout(name)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def discover(source: NodeSource, *, deadline: float) -> Inventory:
+    """build_inventory bounded by `deadline`; raises DiscoveryTimeout when it did not finish."""
+    from netdoctor.inventory.build import build_inventory
+
+    try:
+        # A little grace past the tool deadline: tools are killed at it, parsing follows.
+        return _call_with_deadline("discovery", lambda: build_inventory(source, deadline=deadline), deadline + 0.3)
+    except _Timeout:
+        raise DiscoveryTimeout("discovery did not finish before the deadline") from None
+
+
+def run_check(options: CheckOptions, *, source: NodeSource | None = None, registry: Registry | None = None,
+              env: Mapping[str, str] | None = None) -> Report:
+    """The whole `check` run; returns the graded report (never raises for a hung part).
+
+    `source` replaces the node `options.snapshot` names (or the live node); `registry`
+    replaces the plugin loading; `env` replaces os.environ (for $NETDOCTOR_STATE/_RULES).
+    """
+    environment = os.environ if env is None else env
+    started_at = utc_now_iso()
+    start = time.monotonic()
+    registry = registry if registry is not None else load_registry(options.plugin_dirs)
+    selected = select_checks(registry, options.only, options.skip)   # usage errors before any work
+    wants_probe = not options.no_probe and any("probe" in check.needs for check in selected)
+    total_s = options.deadline_s if options.deadline_s is not None else (
+        DEFAULT_DEADLINE_WITH_PROBE_S if wants_probe else DEFAULT_DEADLINE_S)
+    if not total_s > 0:
+        raise UsageError(f"--deadline must be a positive number of seconds, not {total_s}")
+    deadline = start + total_s
+    reserve_s = min(RESERVE_S, total_s * 0.1)
+    # With the probe, discovery may use at most half of the budget; the probe gets the rest.
+    discovery_s = (total_s - reserve_s) / 2 if wants_probe and options.snapshot is None else total_s - reserve_s
+    discovery_deadline = start + discovery_s
+
+    opened = contextlib.nullcontext(source) if source is not None else open_source(
+        options.snapshot, tool_timeout_s=min(TOOL_TIMEOUT_S, max(0.5, discovery_s)))
+    with opened as node:
+        try:
+            inventory = discover(node, deadline=discovery_deadline)
+        except DiscoveryTimeout as error:
+            log.warning("discovery timed out", deadline_s=round(discovery_s, 2))
+            return _undiscovered_report(node.host, started_at, start, options, registry,
+                                        f"{error} ({discovery_s:.1f} s)")
+        from netdoctor.checks.rules import load_rules
+
+        pack = load_rules(options.rules, inventory, env=environment)
+        history = None
+        if any("counters" in check.needs for check in selected):
+            history = counter_history(options, inventory, environment, is_snapshot=node.is_snapshot,
+                                      deadline=discovery_deadline)
+        probe_for_checks, probe_report = _probe(options, inventory, wants_probe, deadline - reserve_s,
+                                                is_snapshot=node.is_snapshot)
+        findings, outcomes = run_checks(inventory, pack, registry, only=options.only, skip=options.skip,
+                                        history=history, probe=probe_for_checks,
+                                        deadline=deadline - reserve_s / 2, debug=options.debug)
+    findings = registry.problem_findings() + findings
+    return Report(
+        host=inventory.host,
+        grade=grade_of(findings, pack.required),
+        started_at=started_at,
+        duration_s=time.monotonic() - start,
+        rules=pack.name,
+        findings=findings,
+        checks=outcomes,
+        probe=probe_report,
+        netdoctor_version=__version__,
+        snapshot=str(options.snapshot) if options.snapshot is not None else None,
+    )
+
+
+def _undiscovered_report(host: str, started_at: str, start: float, options: CheckOptions,
+                         registry: Registry, reason: str) -> Report:
+    """Discovery hung: nothing can be judged, so the grade is `unknown` whatever the pack says."""
+    findings = registry.problem_findings() + [
+        Finding("discovery", Status.UNKNOWN, "node", reason, remedy="run `netdoctor discover -vv` to see which source hangs")]
+    return Report(host=host, grade=Grade.UNKNOWN, started_at=started_at, duration_s=time.monotonic() - start,
+                  rules=options.rules or "-", findings=findings, netdoctor_version=__version__,
+                  snapshot=str(options.snapshot) if options.snapshot is not None else None)
+
+
+def counter_history(options: CheckOptions, inventory: Inventory, env: Mapping[str, str], *,
+                    is_snapshot: bool, deadline: float | None = None) -> CounterHistory | None:
+    """Earlier counters: from `--baseline`, else from the state file (exchanged: read + written).
+
+    Live runs use --state, $NETDOCTOR_STATE or /var/lib/netdoctor/state.json; snapshot runs
+    touch a state file only when --state names one. A state file that cannot be written
+    (non-root, read-only /var) costs the growth judgement, never the run.
+    """
+    from netdoctor.checks.state import exchange_counters, history_from_baseline
+
+    if options.baseline is not None:
+        with open_source(options.baseline) as baseline_source:
+            from netdoctor.inventory.build import build_inventory
+
+            baseline = build_inventory(baseline_source, deadline=deadline)
+        return history_from_baseline(baseline, inventory)
+    path = options.state
+    if path is None and not is_snapshot:
+        path = Path(env.get("NETDOCTOR_STATE") or DEFAULT_STATE_PATH)
+    if path is None:
+        return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return exchange_counters(path, inventory)
+    except OSError as error:
+        log.warning("counter state not usable; no growth judgement this run", path=str(path),
+                    error=error.strerror or str(error))
+        return None
+
+
+def _probe(options: CheckOptions, inventory: Inventory, wants_probe: bool, deadline: float, *,
+           is_snapshot: bool) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(what the checks see, what the report carries): the report's `probe` only when it ran."""
+    if not wants_probe:
+        why = "--no-probe" if options.no_probe else "no selected check needs it"
+        return {"skipped": why}, None
+    if is_snapshot:
+        return {"skipped": "a snapshot is judged; the probe runs only on a live node"}, None
+    if not inventory.gpus:
+        return {"skipped": "no NVIDIA GPUs"}, None
+    budget_s = deadline - time.monotonic()
+    if budget_s < 1.0:
+        return {"error": f"no time left for the probe ({budget_s:.1f} s)"}, None
+    try:
+        from netdoctor.probe import run_probe
+    except ImportError as error:
+        result: dict[str, Any] = {"error": f"the NCCL probe is not available: {error}"}
+        return result, result
+    try:
+        raw = _call_with_deadline("nccl-probe", lambda: run_probe(gpus=None, budget_s=budget_s, inventory=inventory),
+                                  deadline + 0.5)
+    except _Timeout:
+        result = {"error": f"the probe did not finish within {budget_s:.1f} s"}
+        return result, result
+    except Exception as error:
+        if options.debug:
+            raise
+        result = {"error": f"probe failed: {type(error).__name__}: {error}"}
+        return result, result
+    result = probe_json(raw)
+    return result, result
+
+
+def probe_json(raw: Any) -> dict[str, Any]:
+    """The probe result as a JSON-ready dict, whatever shape run_probe returned."""
+    if hasattr(raw, "to_json"):
+        return dict(raw.to_json())
+    if isinstance(raw, Mapping):
+        return dict(raw)
+    if is_dataclass(raw) and not isinstance(raw, type):
+        return asdict(raw)
+    return {"error": f"the probe returned {type(raw).__name__}, not a result"}

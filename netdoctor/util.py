@@ -1,0 +1,74 @@
+"""Small helpers shared by every layer: atomic file writes, UTC timestamps, PCI addresses."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import tempfile
+from pathlib import Path
+
+# A PCI function address as sysfs spells it: domain:bus:device.function, lower-case hex.
+PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+
+
+def utc_now_iso() -> str:
+    """Now, in UTC, to the second: `2026-11-21T22:40:00Z` (the report and snapshot form)."""
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso_utc(text: str) -> dt.datetime:
+    """Parse an ISO 8601 time (`2026-11-21T22:40:00Z`); a time without zone is taken as UTC.
+
+    Raises ValueError with the offending text when it does not parse.
+    """
+    try:
+        moment = dt.datetime.fromisoformat(text.strip())
+    except (ValueError, AttributeError) as error:
+        raise ValueError(f"not an ISO 8601 time: {text!r}") from error
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.astimezone(dt.UTC)
+
+
+def canonical_pci_address(text: str) -> str | None:
+    """`00000000:18:00.0` (NVML) or `0000:18:00.0` or `18:00.0` -> `0000:18:00.0`; None if not one.
+
+    NVML pads the domain to 8 hex digits, sysfs and lspci use 4; the domain is 16 bits
+    on every platform netdoctor cares about, so the extra leading zeros are dropped.
+    """
+    value = text.strip().lower()
+    if re.fullmatch(r"[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]", value):
+        value = "0000:" + value
+    if not PCI_ADDRESS_RE.match(value):
+        return None
+    domain, rest = value.split(":", 1)
+    domain_number = int(domain, 16)
+    if domain_number > 0xFFFF:
+        return f"{domain_number:08x}:{rest}"
+    return f"{domain_number:04x}:{rest}"
+
+
+def atomic_write(path: Path | str, data: bytes | str, mode: int = 0o644) -> None:
+    """Write `data` to `path` so readers see the old file or the whole new one, never a part.
+
+    The temporary file lives beside the target (same filesystem, so the rename is atomic)
+    and replaces it with os.replace, which swaps a symlink at `path` itself rather than
+    writing through it.
+    """
+    target = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, target)
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except FileNotFoundError:
+            pass
+        raise

@@ -1,0 +1,240 @@
+"""`gpu-nic-affinity`: every GPU has a compute NIC close to it, and rails are not crossed.
+
+NCCL sends a GPU's inter-node traffic through the NIC nearest to it. When that NIC sits
+behind the other CPU socket (`SYS` in `nvidia-smi topo -m`), GPUDirect RDMA traffic crosses
+the socket interconnect (UPI/xGMI): bandwidth drops and latency rises, and NCCL may even
+disable GPUDirect RDMA for that pair (NCCL_NET_GDR_LEVEL defaults to PXB-ish distances).
+On rail-optimised clusters (DGX/HGX) each GPU owns one NIC on its own PCIe switch (its
+rail); two GPUs that must share one NIC halve each other's network bandwidth, and a GPU
+whose own rail NIC sits across the socket crosses rails on every transfer. Causes in the field: a NIC
+that died or lost its driver binding (the GPU's nearest NIC vanishes from the matrix), a
+card moved to the wrong slot, a BIOS that renumbers NUMA nodes.
+
+PCIe distance order, nearest first: PIX < PXB < PHB < NODE < SYS.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from netdoctor.checks import CheckContext, Finding, Status, check
+from netdoctor.checks.rules import pack_of
+from netdoctor.errors import RulesError
+from netdoctor.inventory.model import Gpu, Hca, Inventory, Port, Topology
+
+CHECK_ID = "gpu-nic-affinity"
+LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+RANK = {level: rank for rank, level in enumerate(LEVELS)}
+JUDGED_STATUSES = {"pass", "warn", "fail", "unknown"}
+CROSS_SOCKET_REMEDY = ("the GPU's nearest compute NIC is missing or placed behind the other socket: check that "
+                       "the NIC next to this GPU is present and bound to mlx5_core (`lspci -nnk`, `ibdev2netdev`), "
+                       "and that cards sit in the slots the platform guide gives")
+
+
+def _status_rule(ctx: CheckContext, key: str, default: str) -> Status:
+    value = ctx.rule(key, default)
+    if value not in JUDGED_STATUSES:
+        raise RulesError(f"[{CHECK_ID}] {key} = {value!r}: expected one of {sorted(JUDGED_STATUSES)}")
+    return Status(value)
+
+
+def _expected_rank(ctx: CheckContext) -> int:
+    level = ctx.rule("expected_level", "NODE")
+    if level not in RANK:
+        raise RulesError(f"[{CHECK_ID}] expected_level = {level!r}: expected one of {', '.join(LEVELS)}")
+    return RANK[level]
+
+
+def _port_role(ctx: CheckContext, port: Port, hca: Hca) -> str:
+    """The port's role from the rule pack's port classes; RDMA ports no class names count as compute."""
+    pack = pack_of(ctx.rules)
+    port_class = pack.port_class(port, hca) if pack is not None else None
+    return port_class.role if port_class is not None else "compute"
+
+
+def compute_hcas(ctx: CheckContext) -> dict[str, Hca]:
+    roles = set(ctx.rule("compute_roles", ["compute"]))
+    selected: dict[str, Hca] = {}
+    for hca in ctx.inventory.hcas:
+        ports = list(hca.ports.values())
+        if not ports or any(_port_role(ctx, port, hca) in roles for port in ports):
+            selected[hca.name] = hca
+    return selected
+
+
+def _natural_key(text: str) -> tuple[Any, ...]:
+    """mlx5_2 before mlx5_10."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
+
+
+def _topology_problem(inventory: Inventory) -> str | None:
+    """Why the GPU x NIC matrix cannot be used for the whole node, or None."""
+    if inventory.topology is None:
+        return inventory.source("nvidia-smi-topo-m").reason()
+    if not inventory.topology.nic_names:
+        return "nvidia-smi topo -m printed no NIC legend, so its NIC columns cannot be named"
+    return None
+
+
+def _nic_levels(topology: Topology, gpu: Gpu, hcas: Mapping[str, Hca]) -> dict[str, str]:
+    """Compute NIC name -> PCIe distance level from this GPU, nearest first, for the cells the matrix has."""
+    levels: dict[str, str] = {}
+    for label, name in topology.nic_names.items():
+        level = topology.link(gpu.label, label)
+        if name in hcas and level in RANK:
+            levels[name] = level
+    return dict(sorted(levels.items(), key=lambda item: (RANK[item[1]], _natural_key(item[0]))))
+
+
+def assign_rails(levels_by_gpu: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
+    """Give each GPU a NIC of its own, nearest first: GPU label -> NIC name.
+
+    Stage by stage (PIX, then PXB, ... SYS) every GPU still without a rail looks for a NIC
+    within that distance, by augmenting paths (Kuhn). A GPU that already has a rail may be
+    moved to make room, but only to a NIC no farther than its own, so a well-placed GPU is
+    never blamed for a neighbour's missing NIC. GPUs left over had no NIC to spare.
+    """
+    owner: dict[str, str] = {}        # NIC -> GPU
+    rail: dict[str, str] = {}         # GPU -> NIC
+
+    def augment(gpu: str, limit: int, seen: set[str]) -> bool:
+        candidates = [nic for nic, level in levels_by_gpu[gpu].items() if RANK[level] <= limit]
+        # A free NIC first (nearest first); only then move another GPU along.
+        for nic in sorted(candidates, key=lambda nic: nic in owner):
+            if nic in seen:
+                continue
+            seen.add(nic)
+            holder = owner.get(nic)
+            if holder is None or augment(holder, RANK[levels_by_gpu[holder][nic]], seen):
+                owner[nic], rail[gpu] = gpu, nic
+                return True
+        return False
+
+    for limit in range(len(LEVELS)):
+        for gpu in levels_by_gpu:
+            if gpu not in rail:
+                augment(gpu, limit, set())
+    return rail
+
+
+def _placement_finding(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], rails: Mapping[str, str] | None,
+                       evidence: dict[str, Any]) -> Finding:
+    """Judge a GPU by the PCIe matrix: by its nearest NIC, or by its own rail where one rail per GPU is expected."""
+    expected_rank = _expected_rank(ctx)
+    best = min(RANK[level] for level in levels.values())
+    nearest = [name for name, level in levels.items() if RANK[level] == best]
+    evidence.update(levels=dict(levels), nearest_nics=nearest, level=LEVELS[best])
+    where = f"nearest compute NIC {', '.join(nearest)} ({LEVELS[best]})"
+    taken_note = ""
+    if rails is not None:
+        rail_of = {nic: other for other, nic in rails.items()}
+        if gpu.label not in rails:
+            holders = sorted({rail_of[nic] for nic in nearest if nic in rail_of}, key=_natural_key)
+            evidence.update(rail_nic=None, shared_with=holders)
+            nics = ", ".join(nearest)
+            return ctx.graded(
+                _status_rule(ctx, "shared_rail_severity", "warn"), gpu.label,
+                f"{gpu.label} has no rail NIC of its own: its nearest "
+                f"{'NICs ' + nics + ' are' if len(nearest) > 1 else 'NIC ' + nics + ' is'} already the rail of "
+                f"{', '.join(holders)}", evidence=evidence, rule="one_rail_per_gpu",
+                remedy="one NIC per GPU is expected on this platform: look for a missing, unbound or down NIC "
+                       "on this GPU's PCIe switch")
+        rail = rails[gpu.label]
+        rank = RANK[levels[rail]]
+        evidence.update(rail_nic=rail, rail_level=levels[rail])
+        where = f"rail NIC {rail} ({levels[rail]})"
+        if rank > best:
+            holders = sorted({rail_of[nic] for nic in nearest if nic in rail_of}, key=_natural_key)
+            taken_note = (f"; the nearer {', '.join(nearest)} ({LEVELS[best]}) "
+                          f"{'are the rails' if len(nearest) > 1 else 'is the rail'} of {', '.join(holders)}")
+    else:
+        rank = best
+    if rank == RANK["SYS"]:
+        return ctx.graded(_status_rule(ctx, "cross_socket_severity", "fail"), gpu.label,
+                          f"{where} is across the CPU socket{taken_note}", evidence=evidence,
+                          remedy=CROSS_SOCKET_REMEDY, rule="cross_socket_severity")
+    if rank > expected_rank:
+        return ctx.graded(_status_rule(ctx, "above_expected_severity", "warn"), gpu.label,
+                          f"{where}, expected {LEVELS[expected_rank]} or closer{taken_note}", evidence=evidence,
+                          remedy=CROSS_SOCKET_REMEDY, rule="expected_level")
+    numa_text = f", NUMA node {gpu.numa_node}" if gpu.numa_node is not None else ""
+    return ctx.passed(gpu.label, f"{where}{numa_text}", evidence=evidence)
+
+
+def _numa_finding(ctx: CheckContext, gpu: Gpu, hcas: Mapping[str, Hca], problem: str, node_wide: bool,
+                  evidence: dict[str, Any]) -> Finding:
+    """Judge a GPU without the PCIe matrix: NUMA ids still show a crossed socket."""
+    expected_rank = _expected_rank(ctx)
+    nic_numa = evidence["nic_numa_nodes"]
+    same_numa = [name for name, numa in nic_numa.items() if gpu.numa_node is not None and numa == gpu.numa_node]
+    evidence["topology"] = problem
+    if gpu.numa_node is None or all(numa is None for numa in nic_numa.values()):
+        return ctx.unknown(gpu.label, f"cannot place {gpu.label} against the NICs: {problem}; "
+                           "NUMA node of the GPU or the NICs unknown", evidence=evidence)
+    if same_numa:
+        # NODE means "same NUMA node", so a shared NUMA node meets a pack that accepts NODE. A
+        # pack expecting closer gets one node-wide `unknown` for the missing matrix instead.
+        if expected_rank >= RANK["NODE"] or node_wide:
+            return ctx.passed(gpu.label, f"NUMA node {gpu.numa_node} shared with {', '.join(same_numa)} "
+                              f"(PCIe distance unknown: {problem})", evidence=evidence)
+        return ctx.unknown(gpu.label, f"PCIe distance unknown ({problem}); NUMA node {gpu.numa_node} "
+                           f"is shared with {', '.join(same_numa)}, but the pack expects {LEVELS[expected_rank]}",
+                           evidence=evidence)
+    if any(numa is None for numa in nic_numa.values()):
+        return ctx.unknown(gpu.label, f"no compute NIC known on NUMA node {gpu.numa_node} of {gpu.label}, and the "
+                           f"NUMA node of some NICs is unknown ({problem})", evidence=evidence)
+    placed = ", ".join(f"{name} on node {numa}" for name, numa in nic_numa.items())
+    return ctx.graded(_status_rule(ctx, "numa_mismatch_severity", "fail"), gpu.label,
+                      f"no compute NIC on NUMA node {gpu.numa_node} of {gpu.label} ({placed})",
+                      evidence=evidence, remedy=CROSS_SOCKET_REMEDY, rule="numa_mismatch_severity")
+
+
+@check(CHECK_ID, "each GPU has a compute NIC on its own PCIe switch / NUMA node; rails are not crossed or shared",
+       needs=("gpus", "rdma"))
+def gpu_nic_affinity(ctx: CheckContext) -> Iterator[Finding]:
+    inventory = ctx.inventory
+    if not inventory.gpus or not inventory.hcas:
+        yield ctx.skip("node", "needs both GPUs and RDMA NICs")
+        return
+    hcas = compute_hcas(ctx)
+    if not hcas:
+        yield ctx.skip("node", "no compute-role RDMA NICs (all are classed storage, management or unused)")
+        return
+    expected_level = LEVELS[_expected_rank(ctx)]
+    one_rail = bool(ctx.rule("one_rail_per_gpu", False))
+    problem = _topology_problem(inventory)
+    if problem is not None:
+        undecided: list[str] = []
+        if RANK[expected_level] < RANK["NODE"]:
+            undecided.append(f"whether each GPU has a compute NIC at {expected_level} or closer")
+        if one_rail:
+            undecided.append("whether each GPU has a rail NIC of its own")
+        if undecided:
+            # NUMA ids (judged per GPU below) only show a crossed socket; the rest needs the matrix.
+            yield ctx.unknown("node", f"PCIe distances unknown ({problem}): cannot tell {' or '.join(undecided)}",
+                              evidence={"topology": problem, "expected_level": expected_level})
+    gpus = sorted(inventory.gpus, key=lambda gpu: gpu.index)
+    levels_by_gpu: dict[str, dict[str, str]] = {}
+    topology = inventory.topology
+    if problem is None and topology is not None:
+        for gpu in gpus:
+            levels = _nic_levels(topology, gpu, hcas) if gpu.label in topology.gpus else {}
+            if levels:
+                levels_by_gpu[gpu.label] = levels
+    rails = assign_rails(levels_by_gpu) if one_rail else None
+    nic_numa = {name: hcas[name].numa_node for name in sorted(hcas, key=_natural_key)}
+    for gpu in gpus:
+        evidence: dict[str, Any] = {"numa_node": gpu.numa_node, "nic_numa_nodes": dict(nic_numa),
+                                    "expected_level": expected_level}
+        if gpu.label in levels_by_gpu:
+            yield _placement_finding(ctx, gpu, levels_by_gpu[gpu.label], rails, evidence)
+        elif problem is not None:
+            yield _numa_finding(ctx, gpu, hcas, problem, True, evidence)
+        elif topology is not None and gpu.label not in topology.gpus:
+            yield _numa_finding(ctx, gpu, hcas, f"{gpu.label} is not in the nvidia-smi topo -m matrix", False,
+                                evidence)
+        else:
+            yield _numa_finding(ctx, gpu, hcas, f"nvidia-smi topo -m has no PCIe distance from {gpu.label} "
+                                "to any compute NIC", False, evidence)

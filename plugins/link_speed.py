@@ -1,0 +1,174 @@
+"""link-speed: each ACTIVE RDMA port runs at the rate and width it should.
+
+The expectation, in order: the rule pack's port class (`expected_rate_gbps`,
+`expected_width`); else what most active ports of the same HCA type (ca_type) and link
+layer on this node run at; and independently iblinkinfo's "Could be" hint, where the
+fabric itself says the link could run faster. A down port's rate is a placeholder
+(ibstat shows `Rate: 40` on a Disabled 400G port), so only ACTIVE ports are judged.
+See docs/checks/link-speed.md.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from netdoctor.checks import CheckContext, Finding, check
+from netdoctor.checks.rules import PortClass, classified_ports, unavailable_reason
+from netdoctor.inventory.model import Hca, LinkLayer, LinkRate, Port
+
+RATE_SOURCES = ("sysfs", "ibstat", "ibv_devinfo-v")
+WIDTH_REMEDY = ("a lane is down: reseat or replace the cable/transceiver, then check the switch port "
+                "(`mlxlink -d <hca> -m` shows per-lane state and BER)")
+SPEED_REMEDY = ("the link negotiated a lower speed: check that cable and transceiver are rated for the "
+                "expected speed, and the switch port's speed settings (`mlxlink -d <hca>`)")
+
+
+@dataclass(frozen=True)
+class Expectation:
+    gbps: float | None
+    width: int | None
+    basis: str
+
+
+# Nominal IB data rate per lane -> speed name, to say "400 Gb/s (4X NDR)" for an expectation.
+IB_SPEED_BY_LANE_GBPS = {2.5: "SDR", 5.0: "DDR", 10.0: "QDR", 14.0: "FDR", 25.0: "EDR", 50.0: "HDR",
+                         100.0: "NDR", 200.0: "XDR"}
+
+
+def _describe(gbps: float | None, width: int | None, link_layer: LinkLayer | None) -> str:
+    speed = None
+    if link_layer is LinkLayer.INFINIBAND and gbps and width:
+        speed = IB_SPEED_BY_LANE_GBPS.get(round(gbps / width, 1))
+    return LinkRate(gbps, width, speed).describe()
+
+
+def _most_common(values: list[float] | list[int]) -> float | int | None:
+    if not values:
+        return None
+    counts = Counter(values)
+    top = max(counts.values())
+    # Ties go to the faster value: with two ports at 400 and 200, the 200 one is the suspect.
+    return max(value for value, count in counts.items() if count == top)
+
+
+def _expectation(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None,
+                 peers: list[tuple[Hca, Port]]) -> Expectation | None:
+    gbps = port_class.expected_rate_gbps if port_class else None
+    width = port_class.expected_width if port_class else None
+    bases = []
+    if gbps is not None or width is not None:
+        bases.append(f"port class '{port_class.name}'" if port_class else "")
+    if (gbps is None or width is None) and ctx.rule("compare_with_peers", True) and hca.ca_type:
+        same = [other for other_hca, other in peers
+                if other_hca.ca_type == hca.ca_type and other.link_layer == port.link_layer
+                and other.rate is not None]
+        if len(same) >= 2:
+            peer_gbps = _most_common([other.rate.gbps for other in same if other.rate and other.rate.gbps is not None])
+            peer_width = _most_common([other.rate.width for other in same if other.rate and other.rate.width])
+            used = []
+            if gbps is None and peer_gbps is not None:
+                gbps = float(peer_gbps)
+                used.append("rate")
+            if width is None and peer_width is not None:
+                width = int(peer_width)
+                used.append("width")
+            if used:
+                bases.append(f"the {' and '.join(used)} most of the {len(same)} active {hca.ca_type} ports run at")
+    if gbps is None and width is None:
+        return None
+    return Expectation(gbps, width, " and ".join(base for base in bases if base))
+
+
+def _could_be_problem(port: Port) -> tuple[str, str] | None:
+    """iblinkinfo's hint that this link could run wider or faster than it does: (text, remedy)."""
+    hint, rate = port.could_be, port.rate
+    if hint is None or rate is None:
+        return None
+    parts = []
+    remedy = SPEED_REMEDY
+    if hint.width and rate.width and hint.width > rate.width:
+        parts.append(f"{hint.width}X")
+        remedy = WIDTH_REMEDY
+    if hint.lane_gbps and rate.lane_gbps and hint.lane_gbps > rate.lane_gbps:
+        parts.append(f"{hint.lane_gbps:g} Gb/s per lane")
+    elif hint.gbps and rate.gbps and hint.gbps > rate.gbps:
+        parts.append(f"{hint.gbps:g} Gb/s")
+    if not parts:
+        return None
+    return f"iblinkinfo says the link could run at {' and '.join(parts)}", remedy
+
+
+def _judge(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None,
+           peers: list[tuple[Hca, Port]]) -> Finding:
+    rate = port.rate
+    assert rate is not None and rate.gbps is not None
+    expected = _expectation(ctx, hca, port, port_class, peers)
+    evidence: dict[str, object] = {
+        "rate_gbps": rate.gbps, "width": rate.width, "speed": rate.speed, "lane_gbps": rate.lane_gbps,
+        "port_class": port_class.name if port_class else None,
+    }
+    slower: list[str] = []
+    faster: list[str] = []
+    remedies: list[str] = []
+    if expected is not None:
+        evidence.update(expected_gbps=expected.gbps, expected_width=expected.width, basis=expected.basis)
+        if expected.gbps is not None and rate.gbps < expected.gbps:
+            slower.append("rate")
+            remedies.append(SPEED_REMEDY)
+        elif expected.gbps is not None and rate.gbps > expected.gbps:
+            faster.append("rate")
+        if expected.width is not None and rate.width is not None and rate.width < expected.width:
+            slower.append("width")
+            remedies.insert(0, WIDTH_REMEDY)
+        elif expected.width is not None and rate.width is not None and rate.width > expected.width:
+            faster.append("width")
+    hint = _could_be_problem(port) if ctx.rule("use_could_be", True) else None
+    if port.could_be is not None:
+        evidence["could_be"] = port.could_be.describe()
+
+    runs = f"port runs at {rate.describe()}"
+    if slower or hint:
+        wanted = []
+        if expected is not None and slower:
+            wanted.append(f"expected {_describe(expected.gbps, expected.width, port.link_layer)} ({expected.basis})")
+        if hint:
+            wanted.append(hint[0])
+            if not remedies:
+                remedies.append(hint[1])
+        return ctx.graded(ctx.rule("degraded_severity", "fail"), port.name, f"{runs}, {'; '.join(wanted)}",
+                          evidence=evidence, remedy="; ".join(remedies), rule="degraded")
+    if faster and expected is not None:
+        return ctx.graded(ctx.rule("faster_severity", "warn"), port.name,
+                          f"{runs}, faster than expected {_describe(expected.gbps, expected.width, port.link_layer)} "
+                          f"({expected.basis})", evidence=evidence, rule="faster",
+                          remedy="if the port class is out of date, update expected_rate_gbps/expected_width "
+                                 "in the rule pack; if the expectation came from peers, the other ports are "
+                                 "the degraded ones")
+    if expected is None:
+        return ctx.passed(port.name, f"{rate.describe()}; no reference rate (no port-class rate and fewer than "
+                                     "two active ports of this HCA type)", evidence=evidence)
+    return ctx.passed(port.name, f"{rate.describe()} as expected ({expected.basis})", evidence=evidence)
+
+
+@check("link-speed", "each active RDMA port's rate and width against the pack, its peers and iblinkinfo",
+       needs=("rdma",))
+def link_speed(ctx: CheckContext) -> Iterator[Finding]:
+    ports = classified_ports(ctx.inventory, ctx.rules)
+    peers = [(hca, port) for hca, port, port_class in ports
+             if port.is_active and (port_class is None or port_class.role != "unused")]
+    for hca, port, port_class in ports:
+        state = str(port.state) if port.state is not None else None
+        if port_class is not None and port_class.role == "unused":
+            yield ctx.skip(port.name, f"port class '{port_class.name}' is unused", evidence={"state": state})
+        elif port.state is None:
+            yield ctx.unknown(port.name, "port state unknown, so its rate cannot be judged: "
+                                         + unavailable_reason(ctx.inventory, *RATE_SOURCES), evidence={"state": None})
+        elif not port.is_active:
+            yield ctx.skip(port.name, "port not active; see port-state", evidence={"state": state})
+        elif port.rate is None or port.rate.gbps is None:
+            yield ctx.unknown(port.name, "rate unknown: " + unavailable_reason(ctx.inventory, *RATE_SOURCES),
+                              evidence={"state": state})
+        else:
+            yield _judge(ctx, hca, port, port_class, peers)

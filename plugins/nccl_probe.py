@@ -1,0 +1,239 @@
+"""`nccl-probe`: the NCCL all-reduce over the node's GPUs, graded against its interconnect.
+
+Judged on the busbw of the largest message size (not nccl-tests' "Avg bus bandwidth",
+which averages latency-bound sizes in). The expected level comes from
+netdoctor.probe.expectation (NVLink version x active links, or the PCIe link); the
+pack's `pass_fraction` / `warn_fraction` turn the ratio into a status. A run that is
+not verified (wrong sum) or hangs is `fail`: that node would corrupt or stall a job.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from netdoctor.checks import CheckContext, Finding, Status, check
+from netdoctor.errors import RulesError
+from netdoctor.inventory.model import Inventory
+from netdoctor.probe.expectation import GpuLinks, expected_busbw, nvlink_version_name
+
+CHECK_ID = "nccl-probe"
+JUDGED_STATUSES = {"pass", "warn", "fail", "unknown"}
+SLOW_REMEDY = ("compare with `nvidia-smi topo -m` and `nvidia-smi nvlink -s`; check NCCL_P2P_DISABLE / "
+               "NCCL_SHM_DISABLE / NCCL_P2P_LEVEL in the environment, ACS on PCIe switches, and the GPUs' PCIe links")
+TIMEOUT_REMEDY = ("drain the node; look for a stuck GPU (`nvidia-smi`, Xid errors in `dmesg`), "
+                  "then reset the GPUs or reboot")
+WRONG_REMEDY = "drain the node: an all-reduce gave a wrong sum; check `dmesg` for Xid errors and run GPU diagnostics"
+# Codes of run_probe results that mean "not applicable here" rather than "could not decide".
+_NOT_APPLICABLE = {"single-gpu", "no-gpus", "no-driver"}
+
+
+def _status_rule(ctx: CheckContext, key: str, default: str) -> Status:
+    value = ctx.rule(key, default)
+    if value not in JUDGED_STATUSES:
+        raise RulesError(f"[{CHECK_ID}] {key} = {value!r}: expected one of {sorted(JUDGED_STATUSES)}")
+    return Status(value)
+
+
+def _fraction_rule(ctx: CheckContext, key: str, default: float) -> float:
+    value = ctx.rule(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 2:
+        raise RulesError(f"[{CHECK_ID}] {key} = {value!r}: expected a fraction in (0, 2]")
+    return float(value)
+
+
+def _nvlink_peers(inventory: Inventory, index: int, probed: list[int]) -> int | None:
+    """NVLinks from GPU `index` to the other probed GPUs per `nvidia-smi topo -m` (NV#), summed."""
+    topology = inventory.topology
+    if topology is None:
+        return None
+    total = 0
+    seen = False
+    for other in probed:
+        if other == index:
+            continue
+        link = topology.link(f"GPU{index}", f"GPU{other}")
+        if link is None:
+            return None
+        seen = True
+        match = re.fullmatch(r"NV(\d+)", link.strip())
+        total += int(match[1]) if match else 0
+    return total if seen else None
+
+
+def gpu_links(probe: Mapping[str, Any], inventory: Inventory) -> list[GpuLinks]:
+    """Link facts of the probed GPUs: what the probe read from NVML, else the inventory."""
+    probed = [int(index) for index in probe.get("gpus") or []]
+    by_index = {int(entry["index"]): entry for entry in probe.get("gpu_links") or [] if "index" in entry}
+    inventory_gpus = {gpu.index: gpu for gpu in inventory.gpus}
+    links = []
+    for index in probed or sorted(by_index) or sorted(inventory_gpus):
+        entry = by_index.get(index, {})
+        gpu = inventory_gpus.get(index)
+        name = entry.get("name") or (gpu.name if gpu else None)
+        pcie = gpu.pcie if gpu else None
+        links.append(GpuLinks(
+            index=index, name=name,
+            nvlink_version=nvlink_version_name(entry.get("nvlink_version"), name),
+            nvlink_active=gpu.nvlink_active if gpu and gpu.nvlink_active is not None else entry.get("nvlink_active"),
+            nvlink_total=gpu.nvlink_total if gpu and gpu.nvlink_total is not None else entry.get("nvlink_total"),
+            nvlink_peers=_nvlink_peers(inventory, index, probed) if probed else None,
+            pcie_gen=(pcie.max_gen if pcie and pcie.max_gen else None) or entry.get("pcie_gen"),
+            pcie_width=(pcie.max_width if pcie and pcie.max_width else None) or entry.get("pcie_width")))
+    return links
+
+
+def _size_text(size: int) -> str:
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} B"
+
+
+@check(CHECK_ID, "a short NCCL all-reduce over the local GPUs: bus bandwidth against the expected level",
+       needs=("gpus",))
+def nccl_probe(ctx: CheckContext) -> Iterator[Finding]:
+    probe = ctx.probe
+    if probe is None:
+        yield ctx.skip("node", "probe not run (--no-probe)")
+        return
+    # The runner passes {"skipped": why} / {"error": why} when it did not call run_probe.
+    if "status" not in probe:
+        if "skipped" in probe:
+            yield ctx.skip("node", f"probe not run ({probe['skipped']})")
+        else:
+            yield ctx.unknown("node", f"probe could not run: {probe.get('error', 'no result')}")
+        return
+    status = probe["status"]
+    reason = probe.get("reason") or ""
+    base = {"nccl_version": probe.get("nccl_version"), "engine": probe.get("engine"), "gpus": probe.get("gpus"),
+            "duration_s": probe.get("duration_s")}
+    if status == "skipped":
+        if probe.get("reason_code") in _NOT_APPLICABLE:
+            yield ctx.skip("node", reason, evidence=base)
+        else:
+            yield ctx.unknown("node", reason, evidence=base,
+                              remedy="install NCCL: `pip install netdoctor[probe]` or the system libnccl2 package")
+        return
+    if status == "timeout":
+        yield ctx.graded(_status_rule(ctx, "timeout_status", "fail"), "node", f"probe timed out: {reason}",
+                         evidence=base, remedy=TIMEOUT_REMEDY, rule="timeout_status")
+        return
+    if status == "wrong-result":
+        yield ctx.graded(_status_rule(ctx, "wrong_result_status", "fail"), "node",
+                         f"all-reduce result is wrong: {reason}", evidence={**base, "sizes": probe.get("sizes")},
+                         remedy=WRONG_REMEDY, rule="wrong_result_status")
+        return
+    if status != "ok":
+        yield ctx.unknown("node", f"probe failed: {reason}", evidence=base)
+        return
+    yield from _judge_bandwidth(ctx, probe, base)
+
+
+def _judge_bandwidth(ctx: CheckContext, probe: Mapping[str, Any], base: dict[str, Any]) -> Iterator[Finding]:
+    sizes = probe.get("sizes") or []
+    if not sizes:
+        yield ctx.unknown("node", "probe returned no measurements", evidence=base)
+        return
+    largest = max(sizes, key=lambda row: row["bytes"])
+    busbw = float(largest["busbw_gbps"])
+    transport = probe.get("transport") or {}
+    evidence: dict[str, Any] = {**base, "nccl_busbw_gbps": busbw, "bytes": largest["bytes"],
+                                "time_us": largest.get("time_us"), "transport": transport.get("kind"),
+                                "channels": transport.get("channels"), "gdr": transport.get("gdr"),
+                                "sizes": sizes}
+    min_bytes = int(ctx.rule("min_judged_bytes", 64 << 20))
+    if largest["bytes"] < min_bytes:
+        yield ctx.unknown("node", f"largest message ({_size_text(largest['bytes'])}) is below "
+                          f"{_size_text(min_bytes)}: too small to judge bandwidth", evidence=evidence,
+                          rule="min_judged_bytes")
+        return
+    links = gpu_links(probe, ctx.inventory)
+    override = ctx.rule("expected_busbw_gbps", 0)
+    expectation = expected_busbw(links, int(largest["bytes"]))
+    expected = float(override) if override else expectation.busbw_gbps
+    reasoning = f"pack sets expected_busbw_gbps = {override}" if override else expectation.reasoning
+    evidence.update(expected_gbps=expected, interconnect=expectation.interconnect, reasoning=reasoning)
+    if expected is None:
+        yield ctx.unknown("node", f"busbw {busbw:.1f} GB/s; no expected level: {reasoning}", evidence=evidence)
+        return
+    pass_fraction = _fraction_rule(ctx, "pass_fraction", 0.8)
+    warn_fraction = _fraction_rule(ctx, "warn_fraction", 0.5)
+    fraction = busbw / expected if expected > 0 else 0.0
+    evidence["fraction"] = round(fraction, 3)
+    carried = transport.get("kind") or "unknown transport"
+    sentence = (f"all-reduce busbw {busbw:.1f} GB/s at {_size_text(largest['bytes'])} over {len(links)} GPUs "
+                f"via {carried} ({transport.get('channels') or '?'} channels) = {fraction:.0%} of the expected "
+                f"{expected:.1f} GB/s")
+    if fraction >= pass_fraction:
+        status, rule = Status.PASS, "pass_fraction"
+    elif fraction >= warn_fraction:
+        status, rule = Status.WARN, "warn_fraction"
+    else:
+        status, rule = Status.FAIL, "warn_fraction"
+    # NVLink present but NCCL not using it (P2P disabled, ACS, a broken link): say so even
+    # when the bandwidth still passes, since the node is not running as built.
+    if expectation.interconnect == "NVLink" and transport.get("kind") not in (None, "P2P/NVLink"):
+        mismatch = _status_rule(ctx, "transport_mismatch_status", "warn")
+        sentence += f"; the GPUs have NVLink but NCCL used {carried}"
+        if _severity(mismatch) > _severity(status):
+            status, rule = mismatch, "transport_mismatch_status"
+    if status is Status.PASS:
+        yield ctx.passed("node", sentence, evidence=evidence, rule=rule)
+    else:
+        yield ctx.graded(status, "node", f"{sentence}, below {pass_fraction:.0%}", evidence=evidence, rule=rule,
+                         remedy=SLOW_REMEDY)
+    yield from _localise(ctx, probe.get("localisation") or [])
+
+
+def _severity(status: Status) -> int:
+    return {Status.PASS: 0, Status.WARN: 1, Status.UNKNOWN: 2, Status.FAIL: 3}.get(status, 0)
+
+
+def _localise(ctx: CheckContext, rows: list[Mapping[str, Any]]) -> Iterator[Finding]:
+    """Name the GPU (or pair) that is slow compared with its peers in the localisation runs."""
+    slow_fraction = _fraction_rule(ctx, "localise_slow_fraction", 0.7)
+    for direction in ("host-to-device", "device-to-host"):
+        copies = [row for row in rows if row.get("kind") == "copy" and row.get("direction") == direction]
+        if len(copies) < 2:
+            continue
+        for row in copies:
+            others = [other["gbps"] for other in copies if other is not row]
+            reference = statistics.median(others)
+            if reference > 0 and row["gbps"] < slow_fraction * reference:
+                gpu = row["gpus"][0]
+                yield ctx.warn(f"GPU{gpu}", f"{direction} copy {row['gbps']:.1f} GB/s, "
+                               f"{row['gbps'] / reference:.0%} of the other GPUs' {reference:.1f} GB/s: "
+                               "its PCIe link is the likely bottleneck",
+                               evidence=dict(row), rule="localise_slow_fraction",
+                               remedy="check this GPU's PCIe link (`nvidia-smi -q -d PCIE`) and its slot/riser")
+    pairs = [row for row in rows if row.get("kind") == "pair" and "busbw_gbps" in row]
+    if len(pairs) < 3:
+        return
+    slow = []
+    for row in pairs:
+        reference = statistics.median(other["busbw_gbps"] for other in pairs if other is not row)
+        if reference > 0 and row["busbw_gbps"] < slow_fraction * reference:
+            slow.append((row, reference))
+    # Neighbour pairs form a ring: a slow GPU slows both pairs it is in, a slow link one.
+    counts: dict[int, int] = {}
+    for row, _ in slow:
+        for gpu in row["gpus"]:
+            counts[gpu] = counts.get(gpu, 0) + 1
+    for gpu in sorted(gpu for gpu, count in counts.items() if count >= 2):
+        rows_of_gpu = [f"GPU{row['gpus'][0]}<->GPU{row['gpus'][1]} {row['busbw_gbps']:.1f} GB/s"
+                       for row, _ in slow if gpu in row["gpus"]]
+        yield ctx.warn(f"GPU{gpu}", f"slow in both neighbour pairs ({'; '.join(rows_of_gpu)}), the other pairs reach "
+                       f"{statistics.median(row['busbw_gbps'] for row in pairs):.1f} GB/s",
+                       evidence={"pairs": [dict(row) for row, _ in slow if gpu in row["gpus"]]},
+                       rule="localise_slow_fraction", remedy="check this GPU's NVLinks: `nvidia-smi nvlink -s -i N`")
+    for row, reference in slow:
+        first, second = row["gpus"]
+        if counts.get(first, 0) >= 2 or counts.get(second, 0) >= 2:
+            continue
+        yield ctx.warn(f"GPU{first}", f"the GPU{first}<->GPU{second} path is slow: {row['busbw_gbps']:.1f} GB/s, "
+                       f"{row['busbw_gbps'] / reference:.0%} of the other pairs' {reference:.1f} GB/s",
+                       evidence=dict(row), rule="localise_slow_fraction",
+                       remedy="check the NVLinks between the two GPUs: `nvidia-smi nvlink -s`")

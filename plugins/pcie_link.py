@@ -1,0 +1,188 @@
+"""`pcie-link`: GPU and NIC PCIe links running below their maximum speed or width.
+
+A link that trains at fewer lanes or a lower generation than it can cuts host<->device and
+GPUDirect RDMA bandwidth (a Gen5 x16 link carries ~63 GB/s; at x8 a 400 Gb/s NIC can no
+longer be fed). Usual causes: a badly seated card or riser, a failing retimer, a BIOS slot
+setting. NVIDIA GPUs also drop their link generation on purpose when idle (P8 and other
+power-saving P-states) and retrain to the maximum under load; that is not a fault. They
+never drop lanes to save power, so a narrow link is always judged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from netdoctor.checks import CheckContext, Finding, Status, check
+from netdoctor.errors import RulesError
+from netdoctor.inventory.model import Gpu, Hca, Inventory, PcieLink
+from netdoctor.report.model import STATUS_SEVERITY
+
+CHECK_ID = "pcie-link"
+JUDGED_STATUSES = {"pass", "warn", "fail", "unknown"}
+GPU_REMEDY = ("reseat the GPU (or its baseboard/riser), check the slot's BIOS link setting and the retimers; "
+              "`nvidia-smi -q -d PCIE` shows the link under load")
+NIC_REMEDY = ("reseat the NIC or its riser, check the slot's BIOS link setting; "
+              "`lspci -vv -s ADDRESS | grep -E 'LnkCap|LnkSta'` shows capability and state")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One aspect of a link's judgement: the status, the sentence and the rule that decided it."""
+
+    status: Status
+    sentence: str
+    rule: str | None = None
+
+
+def _status_rule(ctx: CheckContext, key: str, default: str) -> Status:
+    value = ctx.rule(key, default)
+    if value not in JUDGED_STATUSES:
+        raise RulesError(f"[{CHECK_ID}] {key} = {value!r}: expected one of {sorted(JUDGED_STATUSES)}")
+    return Status(value)
+
+
+def _describe(link: PcieLink, current: bool) -> str:
+    gen = link.current_gen if current else link.max_gen
+    width = link.current_width if current else link.max_width
+    speed = link.current_speed_gts if current else link.max_speed_gts
+    speed_text = f"{speed:g} GT/s " if speed is not None else ""
+    return f"{speed_text}Gen{gen} x{width}"
+
+
+def _link_evidence(link: PcieLink) -> dict[str, Any]:
+    return {
+        "current_gen": link.current_gen, "max_gen": link.max_gen,
+        "current_width": link.current_width, "max_width": link.max_width,
+        "current_speed_gts": link.current_speed_gts, "max_speed_gts": link.max_speed_gts,
+        "source": link.source,
+    }
+
+
+def _complete(link: PcieLink | None) -> bool:
+    return link is not None and None not in (link.current_gen, link.max_gen, link.current_width, link.max_width)
+
+
+def _combine(ctx: CheckContext, subject: str, verdicts: list[Verdict], evidence: dict[str, Any],
+             remedy: str | None, pass_summary: str) -> Finding:
+    """One finding per link: the worst aspect decides the status and the rule."""
+    problems = [verdict for verdict in verdicts if verdict.status is not Status.PASS]
+    if not problems:
+        summary = "; ".join([pass_summary] + [verdict.sentence for verdict in verdicts if verdict.sentence])
+        return ctx.passed(subject, summary, evidence=evidence)
+    worst = max(problems, key=lambda verdict: STATUS_SEVERITY[verdict.status])
+    summary = "; ".join(verdict.sentence for verdict in sorted(
+        problems, key=lambda verdict: -STATUS_SEVERITY[verdict.status]))
+    return ctx.finding(worst.status, subject, summary, evidence=evidence,
+                       remedy=remedy if worst.status in (Status.FAIL, Status.WARN) else None, rule=worst.rule)
+
+
+def _gpu_link(gpu: Gpu, inventory: Inventory) -> tuple[PcieLink | None, dict[str, Any]]:
+    """The GPU's link, NVML preferred, and a note of where NVML and sysfs disagree.
+
+    NVML reports the link's maximum (the lower of GPU and slot); sysfs `max_link_speed` is
+    the GPU's own capability, so a Gen5 GPU in a Gen4 slot looks degraded in sysfs alone.
+    """
+    nvml = gpu.pcie if _complete(gpu.pcie) else None
+    sysfs = inventory.pcie.get(gpu.pci_address) if gpu.pci_address else None
+    sysfs = sysfs if _complete(sysfs) else None
+    notes: dict[str, Any] = {}
+    if nvml and sysfs:
+        nvml_view = (nvml.current_gen, nvml.current_width, nvml.max_gen, nvml.max_width)
+        sysfs_view = (sysfs.current_gen, sysfs.current_width, sysfs.max_gen, sysfs.max_width)
+        if nvml_view != sysfs_view:
+            notes["conflict"] = {"chosen": "nvml", "nvml": _link_evidence(nvml), "sysfs": _link_evidence(sysfs)}
+    return nvml or sysfs, notes
+
+
+def _judge_gpu(ctx: CheckContext, gpu: Gpu) -> Finding:
+    inventory = ctx.inventory
+    link, notes = _gpu_link(gpu, inventory)
+    if link is None:
+        reasons = [inventory.source("nvml").reason(), inventory.source("sysfs").reason()]
+        return ctx.unknown(gpu.label, f"no complete PCIe link facts for {gpu.label} "
+                           f"({gpu.pci_address or 'PCI address unknown'}): " + "; ".join(reasons),
+                           evidence={"pci_address": gpu.pci_address})
+    evidence = {"pci_address": gpu.pci_address, **_link_evidence(link),
+                "performance_state": gpu.performance_state, **notes}
+    assert link.current_gen is not None and link.max_gen is not None  # _complete() holds
+    assert link.current_width is not None and link.max_width is not None
+    verdicts: list[Verdict] = []
+    if link.current_width < link.max_width:
+        verdicts.append(Verdict(_status_rule(ctx, "low_width_severity", "fail"),
+                                f"PCIe link runs at x{link.current_width} of x{link.max_width} "
+                                f"(lanes lost: never power saving)", "low_width_severity"))
+    if link.current_gen < link.max_gen:
+        gen_text = f"PCIe link runs at Gen{link.current_gen} of Gen{link.max_gen}"
+        idle_from = int(ctx.rule("power_saving_min_pstate", 1))
+        pstate = gpu.performance_state
+        if pstate is None:
+            verdicts.append(Verdict(_status_rule(ctx, "unknown_pstate_severity", "unknown"),
+                                    f"{gen_text} and the P-state is unknown, so power saving cannot be "
+                                    f"told from a degraded link ({inventory.source('nvml').reason()})",
+                                    "unknown_pstate_severity"))
+        elif pstate >= idle_from:
+            verdicts.append(Verdict(Status.PASS, f"Gen{link.current_gen} in P{pstate} is power saving "
+                                    f"(retrains to Gen{link.max_gen} under load)"))
+        else:
+            verdicts.append(Verdict(_status_rule(ctx, "gpu_low_speed_severity", "warn"),
+                                    f"{gen_text} while busy (P{pstate})", "gpu_low_speed_severity"))
+    if "conflict" in notes:
+        verdicts.append(Verdict(Status.PASS, "NVML and sysfs disagree; NVML used"))
+    return _combine(ctx, gpu.label, verdicts, evidence, GPU_REMEDY,
+                    f"{_describe(link, True)} (max {_describe(link, False)})")
+
+
+def _judge_nic(ctx: CheckContext, address: str, hcas: list[Hca]) -> Finding:
+    inventory = ctx.inventory
+    names = ", ".join(hca.name for hca in hcas)
+    link = inventory.pcie.get(address)
+    if not _complete(link):
+        return ctx.unknown(address, f"no complete PCIe link facts for {names} at {address}: "
+                           f"{inventory.source('sysfs').reason()}", evidence={"hca": names})
+    assert link is not None and link.current_gen is not None and link.max_gen is not None
+    assert link.current_width is not None and link.max_width is not None
+    evidence = {"hca": names, **_link_evidence(link)}
+    verdicts: list[Verdict] = []
+    if link.current_width < link.max_width:
+        verdicts.append(Verdict(_status_rule(ctx, "low_width_severity", "fail"),
+                                f"{names} PCIe link runs at x{link.current_width} of x{link.max_width}",
+                                "low_width_severity"))
+    # ConnectX NICs keep their link at the trained speed; a lower gen is a training fault
+    # (or a slot slower than the card, which also caps RDMA bandwidth).
+    if link.current_gen < link.max_gen:
+        verdicts.append(Verdict(_status_rule(ctx, "nic_low_speed_severity", "fail"),
+                                f"{names} PCIe link runs at {_describe(link, True)}, "
+                                f"below its maximum {_describe(link, False)}", "nic_low_speed_severity"))
+    remedy = NIC_REMEDY.replace("ADDRESS", address)
+    return _combine(ctx, address, verdicts, evidence, remedy,
+                    f"{names}: {_describe(link, True)} (max {_describe(link, False)})")
+
+
+@check(CHECK_ID, "GPU and NIC PCIe links run at their maximum speed and width (idle GPU downclocking allowed)",
+       needs=("pcie",))
+def pcie_link(ctx: CheckContext) -> Iterator[Finding]:
+    inventory = ctx.inventory
+    if not inventory.gpus and not inventory.hcas:
+        yield ctx.skip("node", "no GPUs and no RDMA NICs")
+        return
+    for gpu in sorted(inventory.gpus, key=lambda gpu: gpu.index):
+        yield _judge_gpu(ctx, gpu)
+    # Two RDMA devices can sit on one PCI function (a bond); judge each function once.
+    functions: dict[str, list[Hca]] = {}
+    for hca in inventory.hcas:
+        if hca.pci_address:
+            functions.setdefault(hca.pci_address, []).append(hca)
+        elif inventory.source("sysfs").usable:
+            yield ctx.skip(hca.name, f"{hca.name} has no PCI function (software RDMA device such as rxe/siw)")
+        else:
+            yield ctx.unknown(hca.name, f"PCI address of {hca.name} unknown: {inventory.source('sysfs').reason()}")
+    for address in sorted(functions, key=lambda address: _natural_key(functions[address][0].name)):
+        yield _judge_nic(ctx, address, functions[address])
+
+
+def _natural_key(text: str) -> tuple[Any, ...]:
+    """mlx5_2 before mlx5_10."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))

@@ -1,0 +1,138 @@
+"""`pfc-ecn`: lossless configuration of RoCE netdevs (PFC, ECN, trust mode).
+
+RoCE v2 assumes a lossless class: the RDMA traffic class must have PFC on (a dropped packet
+costs a go-back-N retransmission and collapses NCCL bandwidth), and ECN must be on for it so
+DCQCN slows senders before PFC pauses spread congestion through the fabric (pause storms,
+head-of-line blocking). PFC on priorities that carry ordinary TCP traffic spreads pauses to
+it too. The trust mode decides how packets are mapped to priorities: with `pcp` trust on an
+untagged (L3) network every packet lands on priority 0 and the PFC setting never applies.
+Pure InfiniBand nodes have none of this (credit-based flow control): the check skips them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from netdoctor.checks import CheckContext, Finding, Status, check
+from netdoctor.errors import RulesError
+from netdoctor.inventory.model import LinkLayer, Netdev, Port
+
+CHECK_ID = "pfc-ecn"
+JUDGED_STATUSES = {"pass", "warn", "fail", "unknown"}
+
+
+def _status_rule(ctx: CheckContext, key: str, default: str) -> Status:
+    value = ctx.rule(key, default)
+    if value not in JUDGED_STATUSES:
+        raise RulesError(f"[{CHECK_ID}] {key} = {value!r}: expected one of {sorted(JUDGED_STATUSES)}")
+    return Status(value)
+
+
+def _rdma_priority(ctx: CheckContext) -> int:
+    priority = ctx.rule("rdma_priority", 3)
+    if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 7:
+        raise RulesError(f"[{CHECK_ID}] rdma_priority = {priority!r}: expected an integer 0..7")
+    return priority
+
+
+def _roce_netdevs(ctx: CheckContext, roce_ports: list[Port]) -> tuple[dict[str, list[str]], list[Port]]:
+    """RDMA port -> netdev, from Port.netdev (ibdev2netdev / sysfs) or Netdev.rdma_port."""
+    by_netdev: dict[str, list[str]] = {}
+    unmapped: list[Port] = []
+    for port in roce_ports:
+        name = port.netdev or next((netdev.name for netdev in ctx.inventory.netdevs
+                                    if netdev.rdma_port == port.name), None)
+        if name:
+            by_netdev.setdefault(name, []).append(port.name)
+        else:
+            unmapped.append(port)
+    return by_netdev, unmapped
+
+
+def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: list[str]) -> Iterator[Finding]:
+    priority = _rdma_priority(ctx)
+    qos = netdev.qos if netdev else None
+    ecn_np = netdev.ecn_np if netdev else {}
+    ecn_rp = netdev.ecn_rp if netdev else {}
+    evidence: dict[str, Any] = {
+        "rdma_ports": ports, "rdma_priority": priority,
+        "trust": qos.trust if qos else None,
+        "pfc_enabled": list(qos.pfc_enabled) if qos else None,
+        "dcbx_mode": qos.dcbx_mode if qos else None,
+        "ecn_np": ecn_np.get(priority), "ecn_rp": ecn_rp.get(priority),
+    }
+    problems: list[Finding] = []
+    if qos is None:
+        reason = ctx.inventory.source(f"mlnx_qos-{name}").reason()
+        problems.append(ctx.unknown(name, f"PFC and trust mode of {name} unknown: {reason}", evidence=evidence))
+    else:
+        if priority not in qos.pfc_enabled:
+            enabled = ",".join(map(str, qos.pfc_enabled)) or "none"
+            problems.append(ctx.graded(
+                _status_rule(ctx, "pfc_missing_severity", "fail"), name,
+                f"PFC is off on RDMA priority {priority} of {name} (enabled on: {enabled}); RoCE runs lossy",
+                evidence=evidence, rule="rdma_priority",
+                remedy=f"mlnx_qos -i {name} --pfc {','.join('1' if p == priority else '0' for p in range(8))} "
+                       "(and persist it in the NIC/DCB configuration; match the switch's lossless priority)"))
+        others = sorted(set(qos.pfc_enabled) - {priority})
+        if others and not ctx.rule("allow_pfc_on_other_priorities", False):
+            problems.append(ctx.graded(
+                _status_rule(ctx, "other_pfc_severity", "warn"), name,
+                f"PFC is also on for priorities {','.join(map(str, others))} of {name}: pauses spread to "
+                f"non-RDMA traffic", evidence=evidence, rule="allow_pfc_on_other_priorities",
+                remedy=f"enable PFC only on priority {priority}: mlnx_qos -i {name} --pfc "
+                       f"{','.join('1' if p == priority else '0' for p in range(8))}"))
+        expected_trust = ctx.rule("expected_trust", "dscp")
+        if expected_trust:
+            if qos.trust is None:
+                problems.append(ctx.unknown(name, f"trust mode of {name} not reported by mlnx_qos",
+                                            evidence=evidence))
+            elif qos.trust != expected_trust:
+                problems.append(ctx.graded(
+                    _status_rule(ctx, "trust_mismatch_severity", "warn"), name,
+                    f"{name} trusts {qos.trust}, expected {expected_trust}: RoCE packets may not land on "
+                    f"priority {priority}", evidence=evidence, rule="expected_trust",
+                    remedy=f"mlnx_qos -i {name} --trust {expected_trust}"))
+    if ctx.rule("require_ecn", True):
+        missing = [point for point, table in (("np", ecn_np), ("rp", ecn_rp)) if table.get(priority) is None]
+        disabled = [point for point, table in (("np", ecn_np), ("rp", ecn_rp)) if table.get(priority) is False]
+        if disabled:
+            problems.append(ctx.graded(
+                _status_rule(ctx, "ecn_missing_severity", "warn"), name,
+                f"RoCE ECN ({'/'.join(disabled)}) is off on priority {priority} of {name}: no DCQCN "
+                f"congestion control, PFC alone absorbs congestion", evidence=evidence, rule="require_ecn",
+                remedy="; ".join(f"echo 1 > /sys/class/net/{name}/ecn/roce_{point}/enable/{priority}"
+                                 for point in disabled)))
+        if missing:
+            sysfs = ctx.inventory.source("sysfs")
+            why = ("absent: the driver exposes no RoCE ECN controls" if sysfs.usable
+                   else f"not read: {sysfs.reason()}")
+            problems.append(ctx.unknown(
+                name, f"RoCE ECN state ({'/'.join(missing)}) for priority {priority} of {name} unknown: "
+                f"/sys/class/net/{name}/ecn/roce_{missing[0]}/enable/{priority} {why}", evidence=evidence))
+    if problems:
+        yield from problems
+        return
+    assert qos is not None  # a missing mlnx_qos view is always a problem above
+    parts = [f"PFC on priority {priority}" + ("" if len(qos.pfc_enabled) == 1 else " (and others, allowed)")]
+    if ctx.rule("require_ecn", True):
+        parts.append("ECN np/rp on")
+    if qos.trust:
+        parts.append(f"trust {qos.trust}")
+    yield ctx.passed(name, ", ".join(parts), evidence=evidence)
+
+
+@check(CHECK_ID, "on RoCE ports: PFC on the RDMA priority only, ECN enabled for it, expected trust mode",
+       needs=("roce",))
+def pfc_ecn(ctx: CheckContext) -> Iterator[Finding]:
+    roce_ports = [port for port in ctx.inventory.ports if port.link_layer is LinkLayer.ETHERNET]
+    if not roce_ports:
+        yield ctx.skip("node", "no RoCE ports (InfiniBand fabrics use credit-based flow control)")
+        return
+    by_netdev, unmapped = _roce_netdevs(ctx, roce_ports)
+    for port in unmapped:
+        yield ctx.unknown(port.name, f"no netdev known for RoCE port {port.name}: "
+                          f"{ctx.inventory.source('ibdev2netdev').reason()}")
+    for name in sorted(by_netdev):
+        yield from _judge_netdev(ctx, name, ctx.inventory.netdev(name), by_netdev[name])

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Install everything the test suite needs on a fresh Debian machine (as root) and run it all.
+# Usage: bash scripts/test.sh [pytest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Real services and tools the tests start: SLURM + munge, pdsh, clush, headless Chromium,
+# iproute2 (network namespaces), time(1) for the benchmarks.
+SYSTEM_PACKAGES=(slurmctld slurmd slurm-client munge pdsh clustershell chromium iproute2 procps time dpkg-dev)
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    missing=()
+    for package in "${SYSTEM_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+    done
+    if [ "${#missing[@]}" -gt 0 ]; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+fi
+
+python3 -m pip install -q --disable-pip-version-check -e '.[test]'
+
+# Property tests run >= 2,000 examples per parser in CI, fewer by hand.
+if [ -n "${CI:-}" ]; then export NETDOCTOR_FUZZ_EXAMPLES="${NETDOCTOR_FUZZ_EXAMPLES:-2000}"; fi
+exec python3 -m pytest -q "$@"

@@ -1,0 +1,197 @@
+"""error-counters: growth as a rate since the last run, absolute level without history, saturation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inventory_factory import HDR, dgx_h100, history_of, only, port_of, roce_node, run_check, site_pack, sources
+from netdoctor.inventory.model import PhysState, PortState, SourceState
+from netdoctor.report.model import Status
+from netdoctor_plugins.error_counters import error_counters
+
+CHECK = "error-counters"
+
+
+def run(inventory, **kwargs):
+    return run_check(error_counters, CHECK, inventory, **kwargs)
+
+
+def grow(inventory, port: str, elapsed_s: float = 3600.0, **growth: int):
+    """History `elapsed_s` ago in which `port`'s counters were lower by `growth`."""
+    current = port_of(inventory, port)
+    changes = {}
+    for name, delta in growth.items():
+        if name in current.counters:
+            changes[name] = current.counters[name] - delta
+        else:
+            changes[f"hw_counters/{name}"] = current.hw_counters[name] - delta
+    return history_of(inventory, elapsed_s=elapsed_s, changes={port: changes})
+
+
+def test_clean_ports_pass_with_history_and_without() -> None:
+    inventory = dgx_h100()
+    with_history = only(run(inventory, history=history_of(inventory)), "mlx5_0:1")
+    assert with_history.status is Status.PASS
+    # 8 IB error counters + 5 hw counters (roce_adp_retrans is RoCE-only).
+    assert with_history.summary == "no error growth beyond limits in 1.0 h (13 counters)"
+    assert with_history.evidence["port_xmit_wait"] == 1204
+    first_run = only(run(inventory), "mlx5_0:1")
+    assert first_run.status is Status.PASS
+    assert first_run.summary == ("error counters within absolute limits (there is no earlier reading; "
+                                 "growth not judged)")
+
+
+def test_symbol_errors_within_the_ber_limit_pass_and_above_it_fail() -> None:
+    inventory = dgx_h100()
+    port_of(inventory, "mlx5_6:1").counters["symbol_error"] = 5000
+    # 400 Gb/s x 1e-12 = 0.4 errors/s = 1440 per hour.
+    assert only(run(inventory, history=grow(inventory, "mlx5_6:1", symbol_error=1400)), "mlx5_6:1").status is Status.PASS
+    finding = only(run(inventory, history=grow(inventory, "mlx5_6:1", symbol_error=2000)), "mlx5_6:1")
+    assert finding.status is Status.FAIL
+    assert finding.summary.startswith("symbol_error rose by 2000 in 1.0 h (2000/h; BER 1e-12 at 400 Gb/s "
+                                      "allows 1440/h)")
+    assert finding.rule == "symbol_error_rate"
+    assert finding.evidence["delta"] == 2000 and finding.evidence["allowed"] == 1440.0
+
+
+def test_ber_allowance_scales_with_the_port_rate() -> None:
+    inventory = dgx_h100()
+    port = port_of(inventory, "mlx5_6:1")
+    port.rate = HDR                       # 200 Gb/s: 720 per hour
+    port.counters["symbol_error"] = 5000
+    finding = only(run(inventory, history=grow(inventory, "mlx5_6:1", elapsed_s=600, symbol_error=5000 - 120)),
+                   "mlx5_6:1")
+    assert finding.status is Status.FAIL
+    assert "in 10 min" in finding.summary and "BER 1e-12 at 200 Gb/s allows 720/h" in finding.summary
+    assert finding.evidence["allowed"] == 120.0
+
+
+def test_any_link_downed_increase_fails_even_over_a_short_interval() -> None:
+    inventory = dgx_h100()
+    port_of(inventory, "mlx5_7:1").counters["link_downed"] = 3
+    finding = only(run(inventory, history=grow(inventory, "mlx5_7:1", elapsed_s=30, link_downed=1)), "mlx5_7:1")
+    assert finding.status is Status.FAIL
+    assert finding.summary.startswith("link_downed rose by 1 in 30 s (120/h; limit: any increase)")
+    assert finding.rule == "link_downed"
+    assert finding.evidence == {"counter": "link_downed", "value": 3, "previous": 2, "delta": 1, "elapsed_s": 30.0,
+                                "per_hour": 120.0, "allowed": 0.0}
+
+
+def test_absolute_level_without_history_warns() -> None:
+    inventory = dgx_h100()
+    port_of(inventory, "mlx5_5:1").counters["link_downed"] = 2
+    finding = only(run(inventory), "mlx5_5:1")
+    assert finding.status is Status.WARN
+    assert finding.summary.startswith("link_downed is 2 (above 0); there is no earlier reading, so when they "
+                                      "happened is unknown")
+    assert finding.rule == "link_downed_absolute"
+
+
+def test_saturated_counters_are_unknown_in_one_finding() -> None:
+    inventory = dgx_h100()
+    counters = port_of(inventory, "mlx5_2:1").counters
+    counters["link_downed"], counters["symbol_error"] = 255, 65535
+    finding = only(run(inventory), "mlx5_2:1")
+    assert finding.status is Status.UNKNOWN
+    assert finding.summary == ("counter saturated: symbol_error at 65535 (16-bit), link_downed at 255 (8-bit); "
+                               "growth cannot be measured")
+    assert "perfquery -x -R -C mlx5_2 -P 1" in (finding.remedy or "")
+    # Still saturated since the last run: no growth can be seen, still unknown.
+    again = only(run(inventory, history=history_of(inventory)), "mlx5_2:1")
+    assert again.status is Status.UNKNOWN
+
+
+def test_saturated_counter_whose_known_growth_already_breaches_fails() -> None:
+    inventory = dgx_h100()
+    port_of(inventory, "mlx5_2:1").counters["link_downed"] = 255
+    findings = run(inventory, history=grow(inventory, "mlx5_2:1", link_downed=5))
+    finding = only(findings, "mlx5_2:1")
+    assert finding.status is Status.FAIL
+    assert finding.summary.startswith("link_downed rose by at least 5 in 1.0 h")
+
+
+def test_counter_that_went_down_is_judged_by_level_and_says_so() -> None:
+    inventory = dgx_h100()
+    port_of(inventory, "mlx5_1:1").counters["symbol_error"] = 3
+    cleared = history_of(inventory, changes={"mlx5_1:1": {"symbol_error": 50}})
+    finding = only(run(inventory, history=cleared), "mlx5_1:1")
+    assert finding.status is Status.PASS
+    assert finding.summary.endswith("symbol_error went down since the last run (50 -> 3: cleared?)")
+
+    port_of(inventory, "mlx5_1:1").counters["symbol_error"] = 30
+    finding = only(run(inventory, history=cleared), "mlx5_1:1")
+    assert finding.status is Status.WARN
+    assert "the counter was cleared since the last run" in finding.summary
+    assert finding.evidence["counter"] == "symbol_error"
+
+
+def test_hw_counters_are_judged_by_growth_only() -> None:
+    inventory = dgx_h100()
+    port_of(inventory, "mlx5_0:1").hw_counters["local_ack_timeout_err"] = 5000
+    assert only(run(inventory), "mlx5_0:1").status is Status.PASS        # no history: a lifetime count
+    finding = only(run(inventory, history=grow(inventory, "mlx5_0:1", local_ack_timeout_err=100)), "mlx5_0:1")
+    assert finding.status is Status.WARN
+    assert finding.summary.startswith("local_ack_timeout_err rose by 100 in 1.0 h (100/h; limit 10/h)")
+    assert finding.rule == "local_ack_timeout_err"
+
+
+def test_roce_retransmissions_count_only_on_ethernet_ports() -> None:
+    inventory = dgx_h100()
+    port_of(inventory, "mlx5_0:1").hw_counters["roce_adp_retrans"] = 100000
+    assert only(run(inventory, history=grow(inventory, "mlx5_0:1", roce_adp_retrans=99000)),
+                "mlx5_0:1").status is Status.PASS
+    roce = roce_node()
+    port_of(roce, "mlx5_0:1").hw_counters["roce_adp_retrans"] = 100000
+    finding = only(run(roce, history=grow(roce, "mlx5_0:1", roce_adp_retrans=99000)), "mlx5_0:1")
+    assert finding.status is Status.WARN and finding.rule == "roce_adp_retrans"
+
+
+def test_xmit_wait_is_evidence_unless_the_pack_judges_it() -> None:
+    inventory = dgx_h100()
+    port_of(inventory, "mlx5_0:1").counters["port_xmit_wait"] = 4_000_000_000
+    history = grow(inventory, "mlx5_0:1", port_xmit_wait=3_600_000_000)
+    finding = only(run(inventory, history=history), "mlx5_0:1")
+    assert finding.status is Status.PASS
+    assert finding.evidence["port_xmit_wait_per_second"] == 1_000_000.0
+    judged = only(run(inventory, history=history,
+                      overrides={"port_xmit_wait_judge": True, "port_xmit_wait_per_second": 10_000}), "mlx5_0:1")
+    assert judged.status is Status.WARN and judged.rule == "port_xmit_wait"
+
+
+def test_counters_without_a_pma_are_unknown() -> None:
+    inventory = dgx_h100()
+    port = port_of(inventory, "mlx5_3:1")
+    port.counters = {name: None for name in port.counters}
+    finding = only(run(inventory), "mlx5_3:1")
+    assert finding.status is Status.UNKNOWN
+    assert finding.summary == "error counters not available (N/A: the device has no PMA)"
+
+
+def test_no_counters_names_the_sources() -> None:
+    inventory = dgx_h100()
+    port = port_of(inventory, "mlx5_3:1")
+    port.counters, port.hw_counters = {}, {}
+    inventory.sources.update(sources("perfquery-x-mlx5_3-1", state=SourceState.TIMEOUT, detail="after 4.0 s"))
+    finding = only(run(inventory), "mlx5_3:1")
+    assert finding.status is Status.UNKNOWN
+    assert finding.summary == "no error counters: perfquery-x-mlx5_3-1 timed out: after 4.0 s"
+
+
+def test_down_port_of_an_unused_class_is_skipped(tmp_path: Path) -> None:
+    inventory = dgx_h100()
+    port = port_of(inventory, "mlx5_7:1")
+    port.state, port.phys_state = PortState.DOWN, PhysState.DISABLED
+    port.counters["link_downed"] = 7
+    pack = site_pack(tmp_path, "dgx-h100", '[port-classes.spare]\nhca_names = ["mlx5_7"]\nrole = "unused"\n')
+    finding = only(run(inventory, rule_pack=pack), "mlx5_7:1")
+    assert finding.status is Status.SKIP
+
+
+def test_rule_names_key_shadow_mode(tmp_path: Path) -> None:
+    inventory = dgx_h100()
+    port_of(inventory, "mlx5_6:1").counters["symbol_error"] = 9000
+    pack = site_pack(tmp_path, "dgx-h100", '[grade]\nshadow = ["error-counters.symbol_error_rate"]\n')
+    finding = only(run(inventory, rule_pack=pack, history=grow(inventory, "mlx5_6:1", symbol_error=9000)),
+                   "mlx5_6:1")
+    assert finding.status is Status.FAIL
+    assert pack.is_shadow(CHECK, finding.rule)

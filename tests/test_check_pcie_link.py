@@ -1,0 +1,141 @@
+"""pcie-link: GPU and NIC PCIe links against their maximum, with idle-GPU power saving allowed."""
+
+from __future__ import annotations
+
+import pytest
+
+from netdoctor.errors import RulesError
+from netdoctor.inventory.model import Inventory, SourceState, SourceStatus
+from netdoctor.report.model import Status
+from netdoctor_plugins.pcie_link import pcie_link
+from tests.inventory_factory_b import (
+    GPU_ADDRESSES,
+    NIC_ADDRESSES,
+    by_subject,
+    dgx_inventory,
+    gpu,
+    pack_section,
+    pcie_link as link,
+    run_check,
+)
+
+CHECK = "pcie-link"
+
+
+def run(inventory: Inventory, pack: str = "default", **overrides: object) -> dict[str, list]:
+    rules = {**pack_section(CHECK, pack), **overrides}
+    return by_subject(run_check(pcie_link, CHECK, inventory, rules))
+
+
+def only(findings: dict[str, list], subject: str):
+    assert len(findings[subject]) == 1, findings[subject]
+    return findings[subject][0]
+
+
+def test_healthy_dgx_passes_every_gpu_and_nic() -> None:
+    findings = run(dgx_inventory())
+    assert set(findings) == {f"GPU{i}" for i in range(8)} | set(NIC_ADDRESSES) | {"0000:c0:00.0"}
+    assert all(only(findings, subject).status is Status.PASS for subject in findings)
+    assert only(findings, "GPU0").summary == "Gen5 x16 (max Gen5 x16)"
+    nic = only(findings, NIC_ADDRESSES[3])
+    assert nic.summary == "mlx5_3: 32 GT/s Gen5 x16 (max 32 GT/s Gen5 x16)"
+    assert nic.evidence["current_width"] == 16 and nic.evidence["hca"] == "mlx5_3"
+    # NICs in HCA name order (mlx5_7 before mlx5_8), not PCI address order
+    assert list(findings)[8:] == [*NIC_ADDRESSES, "0000:c0:00.0"]
+
+
+def test_idle_gpu_at_lower_gen_is_power_saving() -> None:
+    idle = gpu(2, pstate=8, pcie=link(GPU_ADDRESSES[2], 1, 16, source="nvml"))
+    inventory = dgx_inventory(gpus=[gpu(0), gpu(1), idle])
+    finding = only(run(inventory), "GPU2")
+    assert finding.status is Status.PASS
+    assert "power saving" in finding.summary and "P8" in finding.summary
+    assert finding.evidence["current_gen"] == 1 and finding.evidence["performance_state"] == 8
+
+
+def test_busy_gpu_at_lower_gen_warns_by_default_and_fails_on_dgx() -> None:
+    busy = gpu(2, pstate=0, pcie=link(GPU_ADDRESSES[2], 4, 16, source="nvml"))
+    inventory = dgx_inventory(gpus=[gpu(0), busy])
+    finding = only(run(inventory), "GPU2")
+    assert finding.status is Status.WARN
+    assert finding.summary == "PCIe link runs at Gen4 of Gen5 while busy (P0)"
+    assert finding.rule == "gpu_low_speed_severity" and finding.remedy
+    assert only(run(inventory, "dgx-h100"), "GPU2").status is Status.FAIL
+
+
+def test_narrow_gpu_link_fails_even_when_idle() -> None:
+    narrow = gpu(5, pstate=8, pcie=link(GPU_ADDRESSES[5], 1, 8, source="nvml"))
+    finding = only(run(dgx_inventory(gpus=[narrow])), "GPU5")
+    assert finding.status is Status.FAIL
+    assert finding.rule == "low_width_severity"
+    assert finding.summary.startswith("PCIe link runs at x8 of x16")
+    assert finding.evidence["current_width"] == 8 and finding.evidence["max_width"] == 16
+
+
+def test_unknown_pstate_at_lower_gen_is_unknown() -> None:
+    mystery = gpu(1, pstate=None, pcie=link(GPU_ADDRESSES[1], 3, 16, source="nvml"))
+    finding = only(run(dgx_inventory(gpus=[mystery])), "GPU1")
+    assert finding.status is Status.UNKNOWN
+    assert "P-state is unknown" in finding.summary
+
+
+def test_nvml_preferred_over_sysfs_and_conflict_kept() -> None:
+    # NVML says the link's max is Gen4 (Gen5 GPU in a Gen4 slot); sysfs shows the GPU's own Gen5.
+    in_gen4_slot = gpu(0, pcie=link(GPU_ADDRESSES[0], 4, 16, max_gen=4, source="nvml"))
+    inventory = dgx_inventory(gpus=[in_gen4_slot])
+    inventory.pcie[GPU_ADDRESSES[0]] = link(GPU_ADDRESSES[0], 4, 16, max_gen=5)
+    finding = only(run(inventory), "GPU0")
+    assert finding.status is Status.PASS
+    assert finding.evidence["source"] == "nvml"
+    assert finding.evidence["conflict"]["sysfs"]["max_gen"] == 5
+    assert "NVML and sysfs disagree" in finding.summary
+
+
+def test_sysfs_used_when_nvml_lacks_pcie() -> None:
+    no_nvml_pcie = gpu(3)
+    no_nvml_pcie.pcie = None
+    inventory = dgx_inventory(gpus=[no_nvml_pcie])
+    inventory.pcie[GPU_ADDRESSES[3]] = link(GPU_ADDRESSES[3], 5, 4)
+    finding = only(run(inventory), "GPU3")
+    assert finding.status is Status.FAIL and finding.evidence["source"] == "sysfs"
+
+
+def test_nic_below_max_speed_or_width_fails() -> None:
+    inventory = dgx_inventory()
+    inventory.pcie[NIC_ADDRESSES[3]] = link(NIC_ADDRESSES[3], 4, 16)
+    inventory.pcie[NIC_ADDRESSES[6]] = link(NIC_ADDRESSES[6], 5, 8)
+    findings = run(inventory)
+    slow = only(findings, NIC_ADDRESSES[3])
+    assert slow.status is Status.FAIL and slow.rule == "nic_low_speed_severity"
+    assert slow.summary == "mlx5_3 PCIe link runs at 16 GT/s Gen4 x16, below its maximum 32 GT/s Gen5 x16"
+    assert NIC_ADDRESSES[3] in slow.remedy
+    narrow = only(findings, NIC_ADDRESSES[6])
+    assert narrow.status is Status.FAIL and narrow.rule == "low_width_severity"
+    assert only(run(inventory, nic_low_speed_severity="warn"), NIC_ADDRESSES[3]).status is Status.WARN
+
+
+def test_missing_facts_are_unknown_with_reason() -> None:
+    inventory = dgx_inventory(gpus=[gpu(0)])
+    inventory.gpus[0].pcie = None
+    del inventory.pcie[GPU_ADDRESSES[0]]
+    del inventory.pcie[NIC_ADDRESSES[1]]
+    inventory.sources["sysfs"] = SourceStatus("sysfs", SourceState.ERROR, "permission denied")
+    findings = run(inventory)
+    assert only(findings, "GPU0").status is Status.UNKNOWN
+    assert "sysfs failed: permission denied" in only(findings, "GPU0").summary
+    nic = only(findings, NIC_ADDRESSES[1])
+    assert nic.status is Status.UNKNOWN and "mlx5_1" in nic.summary
+
+
+def test_software_rdma_device_is_skipped_and_empty_node_skips() -> None:
+    inventory = dgx_inventory(gpus=[gpu(0)])
+    inventory.hcas[0].pci_address = None
+    assert only(run(inventory), "mlx5_0").status is Status.SKIP
+    empty = dgx_inventory(gpus=[], hcas=[], topology=None)
+    assert only(run(empty), "node").status is Status.SKIP
+
+
+def test_bad_status_value_in_pack_is_a_rules_error() -> None:
+    busy = gpu(2, pstate=0, pcie=link(GPU_ADDRESSES[2], 4, 16, source="nvml"))
+    with pytest.raises(RulesError, match="gpu_low_speed_severity"):
+        run(dgx_inventory(gpus=[busy]), gpu_low_speed_severity="critical")

@@ -1,0 +1,147 @@
+"""pfc-ecn: PFC on the RDMA priority only, ECN on for it, the expected trust mode; skip on pure IB."""
+
+from __future__ import annotations
+
+import pytest
+
+from netdoctor.errors import RulesError
+from netdoctor.inventory.model import Inventory, SourceState, SourceStatus
+from netdoctor.report.model import Status
+from netdoctor_plugins.pfc_ecn import pfc_ecn
+from tests.inventory_factory_b import (
+    by_subject,
+    dgx_inventory,
+    pack_section,
+    roce_hca,
+    roce_netdev,
+    run_check,
+    sources,
+)
+
+CHECK = "pfc-ecn"
+
+
+def roce_inventory(*netdevs) -> Inventory:
+    hcas = [roce_hca("mlx5_0", "ens1f0np0", "0000:17:00.0"), roce_hca("mlx5_1", "ens1f1np1", "0000:17:00.1")]
+    inventory = dgx_inventory(gpus=[], hcas=hcas, topology=None)
+    inventory.netdevs = list(netdevs) or [roce_netdev("ens1f0np0", "mlx5_0:1"), roce_netdev("ens1f1np1", "mlx5_1:1")]
+    inventory.sources.update(sources("ibdev2netdev", "mlnx_qos-ens1f0np0", "mlnx_qos-ens1f1np1"))
+    return inventory
+
+
+def run(inventory: Inventory, pack: str = "default", **overrides: object) -> dict[str, list]:
+    return by_subject(run_check(pfc_ecn, CHECK, inventory, {**pack_section(CHECK, pack), **overrides}))
+
+
+def test_lossless_roce_passes() -> None:
+    findings = run(roce_inventory())
+    assert set(findings) == {"ens1f0np0", "ens1f1np1"}
+    finding = findings["ens1f0np0"][0]
+    assert len(findings["ens1f0np0"]) == 1
+    assert finding.status is Status.PASS
+    assert finding.summary == "PFC on priority 3, ECN np/rp on, trust dscp"
+    assert finding.evidence["pfc_enabled"] == [3] and finding.evidence["ecn_np"] is True
+
+
+def test_pure_infiniband_node_is_skipped() -> None:
+    findings = run(dgx_inventory())
+    assert list(findings) == ["node"]
+    assert findings["node"][0].status is Status.SKIP
+    assert "no RoCE ports" in findings["node"][0].summary
+
+
+def test_pfc_off_on_rdma_priority_fails_with_exact_remedy() -> None:
+    inventory = roce_inventory(roce_netdev("ens1f0np0", "mlx5_0:1", pfc=()),
+                               roce_netdev("ens1f1np1", "mlx5_1:1"))
+    findings = run(inventory)
+    [finding] = findings["ens1f0np0"]
+    assert finding.status is Status.FAIL and finding.rule == "rdma_priority"
+    assert "PFC is off on RDMA priority 3" in finding.summary and "none" in finding.summary
+    assert finding.remedy.startswith("mlnx_qos -i ens1f0np0 --pfc 0,0,0,1,0,0,0,0")
+    assert findings["ens1f1np1"][0].status is Status.PASS
+
+
+def test_pack_priority_is_honoured() -> None:
+    inventory = roce_inventory(roce_netdev("ens1f0np0", "mlx5_0:1", pfc=(5,), ecn_np={5: True}, ecn_rp={5: True}),
+                               roce_netdev("ens1f1np1", "mlx5_1:1", pfc=(5,), ecn_np={5: True}, ecn_rp={5: True}))
+    findings = run(inventory, rdma_priority=5)
+    assert all(items[0].status is Status.PASS for items in findings.values())
+    assert run(inventory)["ens1f0np0"][0].status is Status.FAIL
+
+
+def test_pfc_on_other_priorities_warns_unless_allowed() -> None:
+    inventory = roce_inventory(roce_netdev("ens1f0np0", "mlx5_0:1", pfc=(3, 4)),
+                               roce_netdev("ens1f1np1", "mlx5_1:1"))
+    [finding] = run(inventory)["ens1f0np0"]
+    assert finding.status is Status.WARN and finding.rule == "allow_pfc_on_other_priorities"
+    assert "priorities 4" in finding.summary
+    allowed = run(inventory, allow_pfc_on_other_priorities=True)["ens1f0np0"]
+    assert [f.status for f in allowed] == [Status.PASS]
+
+
+def test_trust_mismatch_warns_by_default_and_fails_on_roce_pack() -> None:
+    inventory = roce_inventory(roce_netdev("ens1f0np0", "mlx5_0:1", trust="pcp"),
+                               roce_netdev("ens1f1np1", "mlx5_1:1"))
+    [finding] = run(inventory)["ens1f0np0"]
+    assert finding.status is Status.WARN and finding.rule == "expected_trust"
+    assert finding.remedy == "mlnx_qos -i ens1f0np0 --trust dscp"
+    assert run(inventory, "roce")["ens1f0np0"][0].status is Status.FAIL
+    assert run(inventory, expected_trust="")["ens1f0np0"][0].status is Status.PASS
+
+
+def test_ecn_off_is_reported_per_point() -> None:
+    inventory = roce_inventory(roce_netdev("ens1f0np0", "mlx5_0:1", ecn_rp={3: False}),
+                               roce_netdev("ens1f1np1", "mlx5_1:1"))
+    [finding] = run(inventory)["ens1f0np0"]
+    assert finding.status is Status.WARN and finding.rule == "require_ecn"
+    assert "ECN (rp) is off on priority 3" in finding.summary
+    assert finding.remedy == "echo 1 > /sys/class/net/ens1f0np0/ecn/roce_rp/enable/3"
+    assert run(inventory, ecn_missing_severity="fail")["ens1f0np0"][0].status is Status.FAIL
+
+
+def test_several_problems_give_several_findings() -> None:
+    inventory = roce_inventory(roce_netdev("ens1f0np0", "mlx5_0:1", pfc=(0,), trust="pcp", ecn_np={3: False}),
+                               roce_netdev("ens1f1np1", "mlx5_1:1"))
+    statuses = sorted((f.rule, f.status) for f in run(inventory)["ens1f0np0"])
+    assert statuses == [("allow_pfc_on_other_priorities", Status.WARN), ("expected_trust", Status.WARN),
+                        ("rdma_priority", Status.FAIL), ("require_ecn", Status.WARN)]
+
+
+def test_missing_mlnx_qos_is_unknown_with_reason() -> None:
+    inventory = roce_inventory(roce_netdev("ens1f0np0", "mlx5_0:1", qos=False),
+                               roce_netdev("ens1f1np1", "mlx5_1:1"))
+    inventory.sources["mlnx_qos-ens1f0np0"] = SourceStatus("mlnx_qos-ens1f0np0", SourceState.MISSING,
+                                                           "mlnx_qos is not installed")
+    [finding] = run(inventory)["ens1f0np0"]
+    assert finding.status is Status.UNKNOWN
+    assert finding.summary == ("PFC and trust mode of ens1f0np0 unknown: mlnx_qos-ens1f0np0 is not available: "
+                               "mlnx_qos is not installed")
+
+
+def test_missing_ecn_files_are_unknown() -> None:
+    inventory = roce_inventory(roce_netdev("ens1f0np0", "mlx5_0:1", ecn_np={}, ecn_rp={}),
+                               roce_netdev("ens1f1np1", "mlx5_1:1"))
+    [finding] = run(inventory)["ens1f0np0"]
+    assert finding.status is Status.UNKNOWN
+    assert "ECN state (np/rp) for priority 3 of ens1f0np0 unknown" in finding.summary
+
+
+def test_roce_port_without_netdev_is_unknown() -> None:
+    inventory = roce_inventory(roce_netdev("ens1f1np1", "mlx5_1:1"))
+    inventory.hcas[0].ports[1].netdev = None
+    inventory.sources["ibdev2netdev"] = SourceStatus("ibdev2netdev", SourceState.TIMEOUT, "after 5.0 s")
+    findings = run(inventory)
+    assert findings["mlx5_0:1"][0].status is Status.UNKNOWN
+    assert "ibdev2netdev timed out: after 5.0 s" in findings["mlx5_0:1"][0].summary
+    assert findings["ens1f1np1"][0].status is Status.PASS
+
+
+def test_netdev_found_through_rdma_port_when_port_lacks_netdev() -> None:
+    inventory = roce_inventory()
+    inventory.hcas[0].ports[1].netdev = None
+    assert run(inventory)["ens1f0np0"][0].status is Status.PASS
+
+
+def test_bad_priority_is_a_rules_error() -> None:
+    with pytest.raises(RulesError, match="rdma_priority"):
+        run(roce_inventory(), rdma_priority=9)

@@ -1,0 +1,172 @@
+"""Reassembling per-node reports from pdsh-style output and saved files."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netdoctor.errors import UsageError
+from netdoctor.fleet.collect import FleetCollector
+from netdoctor.fleet.model import BUSBW_METRIC, ERROR_GROWTH_METRIC, NodeGrade, summarize_report
+
+
+def make_report(host: str, grade: str = "pass", findings: list[dict[str, Any]] | None = None, busbw: float | None = None) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "schema": "netdoctor.report/1",
+        "host": host,
+        "grade": grade,
+        "started_at": "2026-11-21T22:40:00Z",
+        "duration_s": 0.4,
+        "rules": "dgx-h100",
+        "findings": findings
+        if findings is not None
+        else [{"check": "port-state", "status": "pass", "subject": "mlx5_0:1", "summary": "", "evidence": {}}],
+    }
+    if busbw is not None:
+        report["probe"] = {"busbw_gbps": busbw}
+    return report
+
+
+LINK_FAIL = {
+    "check": "link-speed",
+    "status": "fail",
+    "subject": "mlx5_3:1",
+    "summary": "port runs at 200 Gb/s (4X HDR), expected 400 Gb/s (4X NDR)",
+    "evidence": {"rate_gbps": 200, "expected_gbps": 400},
+}
+MTU_WARN = {"check": "mtu", "status": "warn", "subject": "ens1f0np0", "summary": "MTU 1500, expected 9000", "evidence": {}}
+
+
+def prefixed(host: str, text: str) -> list[str]:
+    return [f"{host}: {line}\n" for line in text.splitlines()]
+
+
+def test_interleaved_pretty_and_compact_reports_are_reassembled_by_host() -> None:
+    n1 = prefixed("n1", json.dumps(make_report("n1", "fail", [LINK_FAIL, MTU_WARN]), indent=2))
+    n2 = prefixed("n2", json.dumps(make_report("n2", busbw=451.5)))
+    n3 = prefixed("n3", json.dumps(make_report("n3", "warn", [MTU_WARN]), indent=4))
+    lines = n1 + n2 + n3
+    # pdsh interleaves hosts line by line in any order, but keeps each host's own order.
+    rng = random.Random(7)
+    queues = [list(n1), list(n2), list(n3)]
+    shuffled: list[str] = []
+    while any(queues):
+        queue = rng.choice([q for q in queues if q])
+        shuffled.append(queue.pop(0))
+    assert sorted(shuffled) == sorted(lines)
+    collector = FleetCollector()
+    for line in shuffled:
+        collector.feed_line(line)
+    nodes = {node.host: node for node in collector.finish()}
+    assert set(nodes) == {"n1", "n2", "n3"}
+    assert nodes["n1"].grade is NodeGrade.FAIL
+    assert nodes["n1"].top is not None and nodes["n1"].top.check == "link-speed"
+    assert nodes["n1"].top.subject == "mlx5_3:1"
+    assert nodes["n1"].check_statuses == {"link-speed": "fail", "mtu": "warn"}
+    assert nodes["n2"].grade is NodeGrade.PASS and nodes["n2"].top is None
+    assert nodes["n2"].metrics == {BUSBW_METRIC: 451.5}
+    assert nodes["n3"].grade is NodeGrade.WARN and nodes["n3"].top.summary == "MTU 1500, expected 9000"
+
+
+def test_timeouts_garbage_empty_and_truncated_nodes_are_never_dropped() -> None:
+    collector = FleetCollector(command_timeout_s=60)
+    for line in prefixed("n1", json.dumps(make_report("n1"))):
+        collector.feed_line(line)
+    collector.feed_line("n2: Segmentation fault (core dumped)\n")
+    collector.feed_line("n2: more noise\n")
+    half = json.dumps(make_report("n4"), indent=2).splitlines()[:5]
+    for line in half:
+        collector.feed_line(f"n4: {line}\n")
+    collector.feed_stderr_line("pdsh@vm: n3: command timeout\n")
+    collector.feed_stderr_line("sending signal 15 to n3 [bash] pid 8538\n")
+    collector.feed_stderr_line("pdsh@vm: n3: bash killed by signal 15\n")
+    collector.feed_stderr_line("n5: bash: netdoctor: command not found\n")
+    collector.feed_stderr_line("pdsh@vm: n5: bash exited with exit code 127\n")
+    collector.feed_stderr_line("pdsh@vm: n1: bash exited with exit code 2\n")
+    nodes = {node.host: node for node in collector.finish(expected_hosts=["n1", "n2", "n3", "n4", "n5", "n6"])}
+    assert len(nodes) == 6
+    assert nodes["n1"].grade is NodeGrade.PASS
+    assert nodes["n2"].grade is NodeGrade.INVALID
+    assert nodes["n2"].top.summary == "not a netdoctor report: 'Segmentation fault (core dumped)' (+1 more lines)"
+    assert nodes["n3"].grade is NodeGrade.UNREACHABLE
+    assert nodes["n3"].top.summary == "command timeout after 60 s"
+    assert nodes["n4"].grade is NodeGrade.INVALID
+    assert nodes["n4"].top.summary.startswith("incomplete or garbled JSON report")
+    assert nodes["n5"].grade is NodeGrade.UNREACHABLE
+    assert nodes["n5"].top.summary == "no output, exit code 127: bash: netdoctor: command not found"
+    assert nodes["n6"].grade is NodeGrade.UNREACHABLE and nodes["n6"].top.summary == "no output"
+
+
+def test_json_that_is_not_a_netdoctor_report_is_invalid() -> None:
+    assert summarize_report([1, 2], host_hint="n1").grade is NodeGrade.INVALID
+    other = summarize_report({"schema": "other/1", "grade": "pass", "findings": []}, host_hint="n1")
+    assert other.grade is NodeGrade.INVALID and "schema 'other/1'" in other.top.summary
+    bad_grade = summarize_report({**make_report("n1"), "grade": "great"}, host_hint="n1")
+    assert bad_grade.grade is NodeGrade.INVALID
+    no_findings = summarize_report({**make_report("n1"), "findings": None}, host_hint="n1")
+    assert no_findings.grade is NodeGrade.INVALID
+
+
+def test_shadow_findings_do_not_become_the_top_finding_and_growth_is_summed() -> None:
+    findings = [
+        {"check": "pcie-link", "status": "fail", "subject": "0000:18:00.0", "summary": "x8", "shadow": True},
+        {"check": "error-counters", "status": "warn", "subject": "mlx5_0:1", "summary": "symbol errors grow",
+         "evidence": {"growth": {"symbol_error": 12, "link_downed": 1}}},
+        {"check": "error-counters", "status": "pass", "subject": "mlx5_1:1", "evidence": {"port_rcv_errors_delta": 3}},
+    ]
+    node = summarize_report(make_report("n9", "warn", findings))
+    assert node.top.check == "error-counters"
+    assert "pcie-link" not in node.check_statuses
+    assert node.metrics[ERROR_GROWTH_METRIC] == 16.0
+
+
+def test_report_directory_and_files(tmp_path: Path) -> None:
+    directory = tmp_path / "reports"
+    directory.mkdir()
+    (directory / "n1.json").write_text(json.dumps(make_report("n1", "fail", [LINK_FAIL]), indent=2))
+    (directory / "n2.json").write_text(json.dumps(make_report("n2")))
+    (directory / "n3.json").write_text("{not json")
+    (directory / "n4.json").write_text("")
+    pdsh_file = tmp_path / "sweep.out"
+    pdsh_file.write_text("".join(prefixed("n5", json.dumps(make_report("n5", "warn", [MTU_WARN])))))
+    collector = FleetCollector()
+    collector.add_path(directory)
+    collector.add_path(pdsh_file)
+    nodes = {node.host: node for node in collector.finish()}
+    assert {host: str(node.grade) for host, node in nodes.items()} == {
+        "n1": "fail", "n2": "pass", "n3": "invalid", "n4": "unreachable", "n5": "warn",
+    }
+
+
+def test_unreadable_input_is_a_usage_error(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="cannot read fleet input"):
+        FleetCollector().add_path(tmp_path / "missing.out")
+
+
+def test_report_without_final_newline_glued_to_the_next_hosts_line() -> None:
+    # pdsh prints a node's last line without a newline when the node did not end it with
+    # one, so the next host's line starts on the same line.
+    pretty = json.dumps(make_report("n1", "warn", [MTU_WARN]), indent=2).splitlines()
+    lines = [f"n1: {line}\n" for line in pretty[:-1]]
+    lines.append("n1: }n4: {\n")
+    lines += [f"n4: {line}\n" for line in json.dumps(make_report("n4"), indent=2).splitlines()[1:]]
+    lines.append("n2: " + json.dumps(make_report("n2", "fail", [LINK_FAIL])) + "n3: Segmentation fault\n")
+    collector = FleetCollector()
+    collector.feed_lines(lines)
+    nodes = {node.host: str(node.grade) for node in collector.finish()}
+    assert nodes == {"n1": "warn", "n4": "pass", "n2": "fail", "n3": "invalid"}
+
+
+def test_parallel_shell_failure_explains_every_silent_node() -> None:
+    collector = FleetCollector()
+    collector.feed_stderr_line('pdsh@vm: Cannot specify -t with "-R exec"\n')
+    collector.feed_stderr_line("srun: error: Unable to allocate resources: Invalid node name specified\n")
+    nodes = collector.finish(expected_hosts=["n1", "n2"])
+    assert [(node.host, str(node.grade), node.top.summary) for node in sorted(nodes, key=lambda n: n.host)] == [
+        ("n1", "unreachable", 'no output: pdsh@vm: Cannot specify -t with "-R exec"'),
+        ("n2", "unreachable", 'no output: pdsh@vm: Cannot specify -t with "-R exec"'),
+    ]

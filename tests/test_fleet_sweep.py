@@ -1,0 +1,126 @@
+"""`netdoctor fleet sweep` through the real pdsh and clush (`-R exec`: no ssh needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from netdoctor.errors import UsageError
+from netdoctor.fleet.model import NodeGrade
+from netdoctor.fleet.sweep import SweepOptions, build_sweep_command, run_sweep
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures" / "nodes"
+
+needs_pdsh = pytest.mark.skipif(shutil.which("pdsh") is None, reason="pdsh is not installed (apt-get install pdsh)")
+needs_clush = pytest.mark.skipif(shutil.which("clush") is None, reason="clush is not installed (pip install ClusterShell)")
+
+PASS_REPORT = {"schema": "netdoctor.report/1", "host": "n1", "grade": "pass", "findings": [
+    {"check": "port-state", "status": "pass", "subject": "mlx5_0:1", "summary": "ACTIVE/LinkUp"}], "probe": {"busbw_gbps": 452.1}}
+FAIL_REPORT = {"schema": "netdoctor.report/1", "host": "n2", "grade": "fail", "findings": [
+    {"check": "link-speed", "status": "fail", "subject": "mlx5_3:1", "summary": "port runs at 200 Gb/s, expected 400 Gb/s"}]}
+
+
+def test_pdsh_command_quotes_for_ssh_and_passes_argv_for_exec() -> None:
+    options = SweepOptions(hosts="node[001-003,010]", fanout=32, timeout_s=90, no_probe=True, rules="/etc/x y.toml", deadline_s=60)
+    assert build_sweep_command(options) == [
+        "pdsh", "-R", "ssh", "-f", "32", "-t", "10", "-u", "90", "-w", "node[001-003,010]",
+        "netdoctor check --format json --no-probe --rules '/etc/x y.toml' --deadline 60",
+    ]
+    exec_options = SweepOptions(hosts="n[1-2]", rcmd="exec", timeout_s=5, remote_command="netdoctor check --snapshot /f/{host}")
+    assert build_sweep_command(exec_options)[-3:] == ["check", "--snapshot", "/f/%h"]
+    assert build_sweep_command(SweepOptions(hosts="n[1-2]", via="clush", rcmd="exec", timeout_s=5))[-1] == "netdoctor check --format json"
+    srun = build_sweep_command(SweepOptions(hosts="n[1-2]", via="srun", remote_command="nd --snapshot /f/{host}"))
+    assert srun[:6] == ["srun", "--nodelist", "n[1-2]", "--nodes", "2", "--ntasks-per-node=1"]
+    assert "nd --snapshot '/f/'\"$SLURMD_NODENAME\"''" in srun[-1]
+    with pytest.raises(UsageError, match="bad host list"):
+        build_sweep_command(SweepOptions(hosts="n[1-"))
+    with pytest.raises(UsageError, match="--rcmd does not apply"):
+        build_sweep_command(SweepOptions(hosts="n1", via="srun", rcmd="exec"))
+
+
+def write_fake_nodes(directory: Path) -> Path:
+    """A per-host fake `netdoctor` for pdsh's exec module: each node answers differently."""
+    (directory / "n1.json").write_text(json.dumps(PASS_REPORT, indent=2))
+    (directory / "n2.json").write_text(json.dumps(FAIL_REPORT))
+    script = directory / "fake-node.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"D={directory}\n"
+        'case "$1" in\n'
+        '  n1) cat "$D/n1.json"; echo "log line on stderr" >&2; exit 0 ;;\n'
+        '  n2) cat "$D/n2.json"; echo; exit 2 ;;\n'
+        "  n3) sleep 30 ;;\n"
+        "  n4) echo 'Traceback (most recent call last):'; echo '  oops'; exit 3 ;;\n"
+        "  n5) exit 2 ;;\n"
+        "esac\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+@needs_pdsh
+def test_pdsh_sweep_keeps_every_node_hung_garbage_and_silent_ones(tmp_path: Path) -> None:
+    script = write_fake_nodes(tmp_path)
+    started = time.monotonic()
+    result = run_sweep(SweepOptions(hosts="n[1-5]", rcmd="exec", timeout_s=2, remote_command=f"{script} {{host}}"))
+    elapsed = time.monotonic() - started
+    assert elapsed < 10, "the hung node must be cut at its per-node timeout"
+    nodes = {node.host: node for node in result.nodes}
+    assert {host: str(node.grade) for host, node in nodes.items()} == {
+        "n1": "pass", "n2": "fail", "n3": "unreachable", "n4": "invalid", "n5": "unreachable",
+    }
+    assert nodes["n1"].metrics == {"nccl_busbw_gbps": 452.1}
+    assert nodes["n2"].top.describe() == "link-speed mlx5_3:1: port runs at 200 Gb/s, expected 400 Gb/s"
+    assert nodes["n3"].top.summary == "command timeout after 2 s"
+    assert nodes["n4"].top.summary == "not a netdoctor report: 'Traceback (most recent call last):' (+1 more lines)"
+    assert nodes["n5"].top.summary == "no output, exit code 2"
+    assert not result.killed
+
+
+@needs_clush
+def test_clush_sweep_reassembles_reports(tmp_path: Path) -> None:
+    script = write_fake_nodes(tmp_path)
+    result = run_sweep(SweepOptions(hosts="n[1-4]", via="clush", rcmd="exec", timeout_s=2, remote_command=f"{script} {{host}}"))
+    assert {node.host: str(node.grade) for node in result.nodes} == {
+        "n1": "pass", "n2": "fail", "n3": "unreachable", "n4": "invalid",
+    }
+
+
+def test_missing_parallel_shell_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(UsageError, match="pdsh is not installed"):
+        run_sweep(SweepOptions(hosts="n1", rcmd="exec"))
+
+
+@needs_pdsh
+@pytest.mark.skipif(not (FIXTURES / "dgx-h100").is_dir(), reason="node fixtures not generated")
+def test_real_netdoctor_check_on_each_node_through_pdsh(tmp_path: Path) -> None:
+    """`netdoctor fleet sweep` end to end: each pdsh "host" judges its own snapshot."""
+    snapshots = tmp_path / "snapshots"
+    snapshots.mkdir()
+    (snapshots / "gpu01").symlink_to(FIXTURES / "dgx-h100")
+    (snapshots / "gpu02").symlink_to(FIXTURES / "dgx-h100-port-down")
+    (snapshots / "gpu03").symlink_to(FIXTURES / "dgx-h100")
+    remote = f"{sys.executable} -m netdoctor check --format json --no-probe --snapshot {snapshots}/{{host}}"
+    done = subprocess.run(
+        [sys.executable, "-m", "netdoctor", "fleet", "sweep", "-w", "gpu[01-03],gpu99", "--rcmd", "exec",
+         "--timeout", "60", "--remote-command", remote, "--format", "json"],
+        capture_output=True, text=True, timeout=120, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert done.returncode == 2, done.stderr
+    fleet = json.loads(done.stdout)
+    nodes = {node["host"]: node for node in fleet["nodes"]}
+    assert fleet["counts"] == {"pass": 2, "warn": 0, "fail": 1, "unknown": 0, "unreachable": 1, "invalid": 0}
+    assert nodes["gpu02"]["grade"] == "fail" and nodes["gpu02"]["top"]["check"] == "port-state"
+    assert nodes["gpu01"]["grade"] == "pass" and nodes["gpu03"]["grade"] == "pass"
+    # gpu99 has no snapshot: netdoctor printed no report, only an error on stderr.
+    assert nodes["gpu99"]["grade"] == "unreachable"
+    assert "exit code 3: netdoctor: error: snapshot" in nodes["gpu99"]["top"]["summary"]

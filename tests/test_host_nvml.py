@@ -1,0 +1,178 @@
+"""collect_nvml against a fake pynvml module (data, not patches) and the real one (no driver here)."""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from netdoctor.host.nvml import CudaDmabufQuery, collect_nvml
+from netdoctor.host.sysfs import RootedSysTree
+
+
+class NVMLError(Exception):
+    _names = {1: "Uninitialized", 2: "Invalid Argument", 3: "Not Supported", 9: "Driver Not Loaded",
+              12: "NVML Shared Library Not Found", 15: "GPU is lost", 18: "Driver/library version mismatch"}
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return self._names.get(self.value, f"error {self.value}")
+
+
+class NVMLError_LibraryNotFound(NVMLError):  # noqa: N801 - pynvml's own name
+    pass
+
+
+class NVMLError_DriverNotLoaded(NVMLError):  # noqa: N801
+    pass
+
+
+@dataclass
+class FakeGpu:
+    name: str
+    uuid: str
+    bus_id: str
+    numa: int | None                   # None: nvmlDeviceGetNumaNodeId not supported
+    nvlinks: list[int] = field(default_factory=list)   # state per existing link index
+    lost: bool = False
+
+
+@dataclass
+class FakeNvml:
+    gpus: list[FakeGpu]
+    init_error: NVMLError | None = None
+    calls: list[str] = field(default_factory=list)
+
+    def module(self) -> types.ModuleType:
+        fake = types.ModuleType("fake_pynvml")
+        fake.NVMLError = NVMLError
+        fake.NVMLError_LibraryNotFound = NVMLError_LibraryNotFound
+        fake.NVMLError_DriverNotLoaded = NVMLError_DriverNotLoaded
+        fake.NVML_ERROR_NOT_SUPPORTED = 3
+        fake.NVML_ERROR_INVALID_ARGUMENT = 2
+        fake.NVML_FEATURE_ENABLED = 1
+        fake.NVML_NVLINK_MAX_LINKS = 18
+
+        def init() -> None:
+            self.calls.append("init")
+            if self.init_error is not None:
+                raise self.init_error
+
+        def gpu(handle: Any) -> FakeGpu:
+            if handle.lost:
+                raise NVMLError(15)
+            return handle
+
+        def nvlink_state(handle: Any, link: int) -> int:
+            states = gpu(handle).nvlinks
+            if link >= len(states):
+                raise NVMLError(2 if link % 2 else 3)
+            return states[link]
+
+        def numa(handle: Any) -> int:
+            value = gpu(handle).numa
+            if value is None:
+                raise NVMLError(3)
+            return value
+
+        fake.nvmlInit = init
+        fake.nvmlShutdown = lambda: self.calls.append("shutdown")
+        fake.nvmlSystemGetDriverVersion = lambda: b"580.95.05"
+        fake.nvmlSystemGetCudaDriverVersion = lambda: 13000
+        fake.nvmlSystemGetNVMLVersion = lambda: "13.580.95.05"
+        fake.nvmlDeviceGetCount = lambda: len(self.gpus)
+        fake.nvmlDeviceGetHandleByIndex = lambda index: self.gpus[index]
+        fake.nvmlDeviceGetName = lambda handle: gpu(handle).name
+        fake.nvmlDeviceGetUUID = lambda handle: gpu(handle).uuid
+        fake.nvmlDeviceGetPciInfo = lambda handle: types.SimpleNamespace(busId=gpu(handle).bus_id.encode())
+        fake.nvmlDeviceGetNumaNodeId = numa
+        fake.nvmlDeviceGetCurrPcieLinkGeneration = lambda handle: (gpu(handle), 1)[1]   # idle GPU: Gen1
+        fake.nvmlDeviceGetMaxPcieLinkGeneration = lambda handle: (gpu(handle), 5)[1]
+        fake.nvmlDeviceGetGpuMaxPcieLinkGeneration = lambda handle: (gpu(handle), 5)[1]
+        fake.nvmlDeviceGetCurrPcieLinkWidth = lambda handle: (gpu(handle), 16)[1]
+        fake.nvmlDeviceGetMaxPcieLinkWidth = lambda handle: (gpu(handle), 16)[1]
+        fake.nvmlDeviceGetNvLinkState = nvlink_state
+        fake.nvmlDeviceGetNvLinkVersion = lambda handle, link: 4
+        fake.nvmlDeviceGetPerformanceState = lambda handle: (gpu(handle), 8)[1]
+        return fake
+
+
+def _no_dmabuf(address: str) -> bool | None:
+    return None
+
+
+def test_two_healthy_gpus_one_lost(tmp_path: Path) -> None:
+    (tmp_path / "bus/pci/devices/0000:2a:00.0").mkdir(parents=True)
+    (tmp_path / "bus/pci/devices/0000:2a:00.0/numa_node").write_text("1\n")
+    fake = FakeNvml([
+        FakeGpu("NVIDIA H100 80GB HBM3", "GPU-aaaa", "00000000:18:00.0", 0, nvlinks=[1] * 17 + [0]),
+        FakeGpu("NVIDIA H100 80GB HBM3", "GPU-bbbb", "00000000:2A:00.0", None),      # NUMA from sysfs, no NVLink
+        FakeGpu("NVIDIA H100 80GB HBM3", "GPU-cccc", "00000000:3B:00.0", 0, lost=True),
+    ])
+    seen: list[str] = []
+
+    def dmabuf(address: str) -> bool | None:
+        seen.append(address)
+        return address == "0000:18:00.0"
+
+    report, status = collect_nvml(fake.module(), sys=RootedSysTree(tmp_path), dmabuf_query=dmabuf)
+    assert status == "ok"
+    assert report is not None
+    assert (report["driver_version"], report["cuda_driver_version"], report["nvml_version"]) == (
+        "580.95.05", 13000, "13.580.95.05")
+    first, second, lost = report["gpus"]
+    assert first == {
+        "index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-aaaa", "pci_bus_id": "00000000:18:00.0",
+        "numa_node": 0, "pcie": {"cur_gen": 1, "max_gen": 5, "gpu_max_gen": 5, "cur_width": 16, "max_width": 16},
+        "nvlink": {"active": 17, "total": 18, "version": 4}, "performance_state": 8, "dmabuf_supported": True,
+        "errors": {},
+    }
+    assert second["numa_node"] == 1 and second["errors"] == {}
+    assert second["nvlink"] == {"active": 0, "total": 0, "version": None}
+    assert second["dmabuf_supported"] is False
+    assert lost["name"] is None and lost["pcie"]["cur_gen"] is None and lost["performance_state"] is None
+    assert lost["errors"]["name"] == "GPU is lost"
+    assert lost["errors"]["pcie.max_width"] == "GPU is lost"
+    assert lost["nvlink"] == {"active": None, "total": None, "version": None}
+    assert lost["errors"]["nvlink"].startswith("link 0: GPU is lost; link 1: GPU is lost")
+    assert seen == ["0000:18:00.0", "0000:2a:00.0"]
+    assert fake.calls == ["init", "shutdown"]
+
+
+def test_no_driver() -> None:
+    fake = FakeNvml([], init_error=NVMLError_LibraryNotFound(12))
+    assert collect_nvml(fake.module(), dmabuf_query=_no_dmabuf) == (None, "no NVIDIA driver: NVML Shared Library Not Found")
+    fake = FakeNvml([], init_error=NVMLError(18))
+    assert collect_nvml(fake.module(), dmabuf_query=_no_dmabuf) == (
+        None, "NVML failed to start: Driver/library version mismatch")
+
+
+def test_missing_function_in_old_bindings() -> None:
+    fake = FakeNvml([FakeGpu("Tesla V100", "GPU-v", "00000000:05:00.0", 0)])
+    module = fake.module()
+    del module.nvmlDeviceGetGpuMaxPcieLinkGeneration
+    report, _ = collect_nvml(module, dmabuf_query=_no_dmabuf)
+    assert report is not None
+    gpu = report["gpus"][0]
+    assert gpu["pcie"]["gpu_max_gen"] is None
+    assert "not available" in gpu["errors"]["pcie.gpu_max_gen"]
+    assert fake.calls == ["init", "shutdown"]
+
+
+def test_real_pynvml_without_driver_says_why() -> None:
+    report, status = collect_nvml()
+    # This test machine has no NVIDIA driver; on one that has, the report must be a dict.
+    if report is None:
+        assert status.startswith("no NVIDIA driver") or status.startswith("NVML failed")
+    else:
+        assert status == "ok" and isinstance(report["gpus"], list)
+
+
+def test_dmabuf_query_without_libcuda() -> None:
+    query = CudaDmabufQuery("libcuda-netdoctor-absent.so.1")
+    assert query("0000:18:00.0") is None
+    assert query("0000:18:00.0") is None

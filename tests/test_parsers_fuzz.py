@@ -1,0 +1,162 @@
+"""Property tests: whatever text a parser gets, only ParseError (or a subclass) may escape.
+
+Inputs are arbitrary text and real corpus outputs that were truncated, had lines dropped,
+duplicated or swapped, or had characters replaced. NETDOCTOR_FUZZ_EXAMPLES raises the
+number of examples in CI (default 200 per property).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from corpus_util import corpus_files
+from netdoctor.errors import ParseError
+from netdoctor.parsers import (
+    parse_ethtool_stats,
+    parse_ibdev2netdev,
+    parse_ibnetdiscover_ports,
+    parse_iblinkinfo,
+    parse_ibqueryerrors,
+    parse_ibstat_output,
+    parse_ibstatus,
+    parse_ibv_devinfo,
+    parse_mlnx_qos_all,
+    parse_nvidia_smi_topo_matrix,
+    parse_nvidia_smi_topo_p2p,
+    parse_perfquery,
+)
+from netdoctor.parsers.sysfs_values import (
+    parse_counter,
+    parse_hex_or_int,
+    parse_int,
+    parse_link_width,
+    parse_numa_node,
+    parse_pcie_speed,
+    parse_phys_state,
+    parse_port_state,
+    parse_rate,
+)
+
+FUZZ = settings(
+    max_examples=int(os.environ.get("NETDOCTOR_FUZZ_EXAMPLES", "200")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+IBQUERYERRORS_SAMPLE = (
+    'Errors for 0x0002c90300000001 "SW1"\n'
+    "   GUID 0x0002c90300000001 port 1: [SymbolErrorCounter == 250] [LinkDownedCounter == 3]\n"
+    "## Summary: 20 nodes checked, 1 bad nodes found\n"
+)
+
+
+def _samples(kind: str, keep: Callable[[str], bool] = lambda name: True) -> list[str]:
+    return [path.read_text() for path in corpus_files(kind) if keep(path.name)]
+
+
+# parser name -> (parser, real samples to mutate)
+PARSERS: dict[str, tuple[Callable[[str], Any], list[str]]] = {
+    "ibstat": (parse_ibstat_output, _samples("ibstat")),
+    "ibstatus": (parse_ibstatus, _samples("ibstatus")),
+    "ibv_devinfo": (parse_ibv_devinfo, _samples("ibv_devinfo")),
+    "ibdev2netdev": (parse_ibdev2netdev, _samples("ibdev2netdev")),
+    "iblinkinfo": (parse_iblinkinfo, _samples("iblinkinfo", lambda name: "ibnetdiscover" not in name)),
+    "ibnetdiscover": (parse_ibnetdiscover_ports, _samples("iblinkinfo", lambda name: "ibnetdiscover" in name)),
+    "perfquery": (parse_perfquery, _samples("perfquery")),
+    "ibqueryerrors": (parse_ibqueryerrors, [IBQUERYERRORS_SAMPLE]),
+    "mlnx_qos": (parse_mlnx_qos_all, _samples("mlnx_qos", lambda name: "ethtool" not in name)),
+    "ethtool": (parse_ethtool_stats, _samples("mlnx_qos", lambda name: "ethtool" in name)),
+    "topo": (parse_nvidia_smi_topo_matrix, _samples("nvidia-smi-topo", lambda name: "p2p" not in name)),
+    "topo-p2p": (parse_nvidia_smi_topo_p2p, _samples("nvidia-smi-topo", lambda name: "p2p" in name)),
+}
+
+VALUE_PARSERS: list[Callable[[str], Any]] = [
+    parse_port_state, parse_phys_state, parse_rate, parse_counter, parse_int, parse_numa_node,
+    parse_hex_or_int, parse_pcie_speed, parse_link_width,
+]
+
+# Text that looks a little like tool output: the characters these formats are built of.
+_TOOLISH = st.text(
+    alphabet=st.sampled_from(list("\t\n :'\"()[]=<>-./,#+x0123456789ABCDEFXPortCAGUIDNVSYSPIXNODE_ \x1b")),
+    max_size=400,
+)
+_ANY_TEXT = st.one_of(st.text(max_size=300), _TOOLISH)
+
+
+def _only_parse_errors(parser: Callable[[str], Any], text: str) -> None:
+    try:
+        parser(text)
+    except ParseError:
+        pass
+
+
+@st.composite
+def _mutated(draw: st.DrawFn, samples: list[str]) -> str:
+    text = draw(st.sampled_from(samples))
+    lines = text.splitlines(keepends=True)
+    for _ in range(draw(st.integers(min_value=1, max_value=3))):
+        operation = draw(st.sampled_from(["truncate", "drop", "duplicate", "swap", "replace", "insert"]))
+        if not lines:
+            break
+        index = draw(st.integers(min_value=0, max_value=len(lines) - 1))
+        if operation == "truncate":
+            joined = "".join(lines)
+            lines = [joined[: draw(st.integers(min_value=0, max_value=len(joined)))]]
+        elif operation == "drop":
+            del lines[index]
+        elif operation == "duplicate":
+            lines.insert(index, lines[index])
+        elif operation == "swap":
+            other = draw(st.integers(min_value=0, max_value=len(lines) - 1))
+            lines[index], lines[other] = lines[other], lines[index]
+        elif operation == "replace" and lines[index]:
+            position = draw(st.integers(min_value=0, max_value=len(lines[index]) - 1))
+            character = draw(st.characters())
+            lines[index] = lines[index][:position] + character + lines[index][position + 1:]
+        elif operation == "insert":
+            lines.insert(index, draw(_ANY_TEXT))
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+@FUZZ
+@given(text=_ANY_TEXT)
+def test_arbitrary_text_gives_only_parse_errors(name: str, text: str) -> None:
+    _only_parse_errors(PARSERS[name][0], text)
+
+
+@pytest.mark.parametrize("name", sorted(PARSERS))
+@FUZZ
+@given(data=st.data())
+def test_mutated_corpus_gives_only_parse_errors(name: str, data: st.DataObject) -> None:
+    parser, samples = PARSERS[name]
+    if not samples:
+        pytest.skip(f"no corpus samples for {name}")
+    _only_parse_errors(parser, data.draw(_mutated(samples)))
+
+
+@pytest.mark.parametrize("parser", VALUE_PARSERS, ids=lambda parser: parser.__name__)
+@FUZZ
+@given(text=_ANY_TEXT)
+def test_sysfs_values_give_only_parse_errors(parser: Callable[[str], Any], text: str) -> None:
+    _only_parse_errors(parser, text)
+
+
+@pytest.mark.parametrize("name", ["ibstat", "ibv_devinfo", "topo", "ibstatus", "perfquery"])
+@FUZZ
+@given(data=st.data())
+def test_tabs_expanded_to_spaces_parse_the_same(name: str, data: st.DataObject) -> None:
+    """Pastes expand TABs to 1-8 spaces; the parse must not change."""
+    parser, samples = PARSERS[name]
+    if not samples:
+        pytest.skip(f"no corpus samples for {name}")
+    text = data.draw(st.sampled_from(samples))
+    tab_size = data.draw(st.integers(min_value=1, max_value=8))
+    expanded = "\n".join(line.expandtabs(tab_size) for line in text.splitlines())
+    assert parser(expanded) == parser(text)

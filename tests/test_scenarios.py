@@ -1,0 +1,90 @@
+"""End-to-end scenarios: every fixture node judged through the whole pipeline.
+
+The expectations live beside the fixtures (tests/fixtures/nodes/INDEX.toml): the grade
+and EVERY finding that is not pass/skip. A check that raises a false alarm on a healthy
+fixture, or misses the planted fault, fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from netdoctor.report.model import Status
+from netdoctor.run import CheckOptions, run_check
+
+NODES = Path(__file__).parent / "fixtures" / "nodes"
+INDEX = tomllib.loads((NODES / "INDEX.toml").read_text())["fixtures"]
+
+
+def _non_pass(report) -> list[list[str]]:
+    return sorted(
+        [finding.check, str(finding.status), finding.subject]
+        for finding in report.findings
+        if finding.status not in (Status.PASS, Status.SKIP)
+    )
+
+
+@pytest.mark.parametrize("name", sorted(INDEX))
+def test_fixture_gives_expected_findings(name: str) -> None:
+    expected = INDEX[name]["expect"]
+    report = run_check(CheckOptions(snapshot=NODES / name, no_probe=True), env={})
+    assert _non_pass(report) == sorted(expected["findings"]), report.to_json()["findings"]
+    assert str(report.grade) == expected["grade"]
+    # Every finding that is not a pass says what is wrong in words.
+    for finding in report.findings:
+        if finding.status is not Status.PASS:
+            assert finding.summary, finding
+
+
+@pytest.mark.parametrize("name", sorted(name for name, entry in INDEX.items() if "baseline" in entry))
+def test_counter_growth_against_baseline(name: str) -> None:
+    entry = INDEX[name]
+    options = CheckOptions(snapshot=NODES / name, baseline=NODES / entry["baseline"], no_probe=True)
+    report = run_check(options, env={})
+    expected = entry["expect_with_baseline"]
+    assert _non_pass(report) == sorted(expected["findings"])
+    assert str(report.grade) == expected["grade"]
+    growth = next(f for f in report.findings if f.status is Status.FAIL)
+    # The finding names the counter, how much it grew, and over what time.
+    assert "600" in growth.summary or "10 min" in growth.summary or "10.0 min" in growth.summary, growth.summary
+
+
+def test_growth_between_two_runs_through_the_state_file(tmp_path: Path) -> None:
+    """Two prolog runs on the same boot: the second judges link_downed growth from the state file."""
+    state = tmp_path / "state.json"
+    first = run_check(CheckOptions(snapshot=NODES / "dgx-h100-link-downed-a", state=state, no_probe=True), env={})
+    assert str(first.grade) == "warn"
+    assert json.loads(state.read_text())   # the first run left a baseline
+    second = run_check(CheckOptions(snapshot=NODES / "dgx-h100-link-downed-b", state=state, no_probe=True), env={})
+    assert str(second.grade) == "fail"
+    assert ["error-counters", "fail", "mlx5_9:1"] in _non_pass(second)
+
+
+def test_snapshot_run_never_writes_default_state(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    run_check(CheckOptions(snapshot=NODES / "dgx-h100", no_probe=True), env={"NETDOCTOR_STATE": str(state)})
+    assert not state.exists()
+
+
+def test_cli_json_report_follows_contract() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "netdoctor", "check", "--no-probe", "--format", "json", "--snapshot", str(NODES / "dgx-h100-port-down")],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert completed.returncode == 2, completed.stderr
+    report = json.loads(completed.stdout)   # stdout holds only the report
+    assert report["schema"] == "netdoctor.report/1"
+    assert report["host"] == "dgx-h100-port-down"
+    assert report["grade"] == "fail"
+    assert report["rules"] == "dgx-h100"
+    for key in ("started_at", "duration_s", "findings"):
+        assert key in report
+    down = [f for f in report["findings"] if f["status"] == "fail"]
+    assert [f["subject"] for f in down] == ["mlx5_4:1"]
+    assert "DOWN" in down[0]["summary"].upper() and down[0]["remedy"]

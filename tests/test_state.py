@@ -1,0 +1,173 @@
+"""Counter history: the locked, atomic state file and --baseline snapshots."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+
+from inventory_factory import BOOT_ID, dgx_h100, port_of
+from netdoctor.checks.state import (
+    MAX_BOOTS_PER_HOST,
+    exchange_counters,
+    history_from_baseline,
+    read_counters,
+)
+from netdoctor.inventory.model import Inventory
+
+
+def later(inventory: Inventory, captured_at: str, **counter_changes: int) -> Inventory:
+    """The same node at another time, with some mlx5_3:1 counters changed."""
+    newer = dgx_h100(host=inventory.host)
+    newer.captured_at = captured_at
+    newer.boot_id = inventory.boot_id
+    port_of(newer, "mlx5_3:1").counters.update(counter_changes)
+    return newer
+
+
+def test_first_exchange_has_no_history_and_writes_a_readable_state_file(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    assert exchange_counters(path, dgx_h100()) is None
+    document = json.loads(path.read_text())
+    assert document["format"] == "netdoctor.state/1"
+    [entry] = document["entries"]
+    assert entry["host"] == "node017" and entry["boot_id"] == BOOT_ID
+    assert entry["ports"]["mlx5_3:1"]["link_downed"] == 0
+    assert entry["ports"]["mlx5_3:1"]["hw_counters/roce_adp_retrans"] == 3
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert (tmp_path / "state.json.lock").exists()
+    assert sorted(item.name for item in tmp_path.iterdir()) == ["state.json", "state.json.lock"]   # no temp left
+
+
+def test_second_exchange_returns_the_previous_reading_with_elapsed_time(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    first = dgx_h100()
+    exchange_counters(path, first)
+    second = later(first, "2026-11-21T22:50:00Z", link_downed=1, symbol_error=5)
+    history = exchange_counters(path, second)
+    assert history is not None
+    assert history.elapsed_s == 600.0
+    assert history.taken_at == "2026-11-21T22:40:00Z"
+    assert history.source == "state"
+    assert history.ports["mlx5_3:1"]["link_downed"] == 0
+    # The file now holds the second reading, once.
+    [entry] = json.loads(path.read_text())["entries"]
+    assert entry["captured_at"] == "2026-11-21T22:50:00Z"
+    assert entry["ports"]["mlx5_3:1"]["link_downed"] == 1
+
+
+def test_another_boot_is_not_history(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    exchange_counters(path, dgx_h100())
+    rebooted = later(dgx_h100(), "2026-11-22T01:00:00Z")
+    rebooted.boot_id = "0b8f6d0e-0000-4000-8000-000000000001"
+    assert exchange_counters(path, rebooted) is None
+    entries = json.loads(path.read_text())["entries"]
+    assert {entry["boot_id"] for entry in entries} == {BOOT_ID, rebooted.boot_id}
+
+
+def test_boots_per_host_are_bounded_and_other_hosts_kept(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    exchange_counters(path, dgx_h100(host="node018"))
+    for hour in range(MAX_BOOTS_PER_HOST + 2):
+        inventory = dgx_h100()
+        inventory.captured_at = f"2026-11-22T0{hour}:00:00Z"
+        inventory.boot_id = f"boot-{hour}"
+        exchange_counters(path, inventory)
+    entries = json.loads(path.read_text())["entries"]
+    mine = sorted(entry["boot_id"] for entry in entries if entry["host"] == "node017")
+    assert mine == [f"boot-{hour}" for hour in range(2, MAX_BOOTS_PER_HOST + 2)]
+    assert [entry["host"] for entry in entries].count("node018") == 1
+
+
+def test_corrupt_state_file_is_replaced_not_fatal(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_text('{"format": "netdoctor.state/1", "entries": [')
+    assert exchange_counters(path, dgx_h100()) is None
+    assert len(json.loads(path.read_text())["entries"]) == 1
+
+
+def test_foreign_json_is_treated_as_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_text('{"some": "other tool"}')
+    assert exchange_counters(path, dgx_h100()) is None
+    assert json.loads(path.read_text())["format"] == "netdoctor.state/1"
+
+
+def test_read_counters_does_not_write(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    exchange_counters(path, dgx_h100())
+    before = path.read_bytes()
+    history = read_counters(path, later(dgx_h100(), "2026-11-21T23:40:00Z"))
+    assert history is not None and history.elapsed_s == 3600.0
+    assert path.read_bytes() == before
+    assert read_counters(tmp_path / "absent.json", dgx_h100()) is None
+
+
+def test_a_reading_that_is_not_older_gives_no_history(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    exchange_counters(path, dgx_h100())
+    assert exchange_counters(path, dgx_h100()) is None   # same captured_at (a snapshot judged twice)
+
+
+def test_unwritable_state_location_is_not_fatal(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    assert exchange_counters(blocker / "state.json", dgx_h100()) is None
+
+
+def test_a_held_lock_times_out_and_falls_back_to_reading(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    exchange_counters(path, dgx_h100())
+    before = path.read_bytes()
+    descriptor = os.open(tmp_path / "state.json.lock", os.O_RDWR)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        history = exchange_counters(path, later(dgx_h100(), "2026-11-21T23:40:00Z"), lock_timeout_s=0.2)
+    finally:
+        os.close(descriptor)
+    assert history is not None and history.elapsed_s == 3600.0
+    assert path.read_bytes() == before
+
+
+def test_concurrent_exchanges_lose_no_update(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    hosts = [f"node{index:03d}" for index in range(12)]
+    threads = [threading.Thread(target=exchange_counters, args=(path, dgx_h100(host=host))) for host in hosts]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    entries = json.loads(path.read_text())["entries"]
+    assert sorted(entry["host"] for entry in entries) == hosts
+
+
+def test_baseline_of_the_same_boot_gives_history() -> None:
+    baseline = dgx_h100()
+    current = later(baseline, "2026-11-21T22:50:00Z", symbol_error=5000)
+    history = history_from_baseline(baseline, current)
+    assert history is not None
+    assert history.source == "baseline"
+    assert history.elapsed_s == 600.0
+    assert history.ports["mlx5_3:1"]["symbol_error"] == 0
+
+
+def test_baseline_of_another_boot_host_or_a_later_time_gives_none() -> None:
+    baseline = dgx_h100()
+    rebooted = later(baseline, "2026-11-21T22:50:00Z")
+    rebooted.boot_id = "another-boot"
+    assert history_from_baseline(baseline, rebooted) is None
+    assert history_from_baseline(dgx_h100(host="node018"), later(baseline, "2026-11-21T22:50:00Z")) is None
+    assert history_from_baseline(later(baseline, "2026-11-21T22:50:00Z"), baseline) is None
+
+
+def test_baselines_without_boot_ids_are_accepted() -> None:
+    baseline = dgx_h100()
+    baseline.boot_id = None
+    current = later(baseline, "2026-11-21T23:10:00+00:00")
+    current.boot_id = None
+    history = history_from_baseline(baseline, current)
+    assert history is not None and history.elapsed_s == 1800.0
