@@ -178,10 +178,10 @@ def capture(
 
     from netdoctor.host.live import LiveSource
     from netdoctor.host.snapshot import write_snapshot
-    from netdoctor.run import DEFAULT_DEADLINE_S, discover as discover_node
+    from netdoctor.run import DEFAULT_DEADLINE_S, discover as discover_node, live_sys_root
 
     budget_s = _positive_deadline(deadline, DEFAULT_DEADLINE_S)
-    source = LiveSource(record=True)
+    source = LiveSource(sys_root=live_sys_root(), record=True)
     inventory = discover_node(source, deadline=time.monotonic() + budget_s)
     write_snapshot(source.recording, output, host=source.host, captured_at=source.captured_at,
                    boot_id=source.boot_id, version=__version__)

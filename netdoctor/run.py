@@ -32,6 +32,10 @@ from netdoctor.util import utc_now_iso
 log = structlog.get_logger(__name__)
 
 DEFAULT_STATE_PATH = Path("/var/lib/netdoctor/state.json")
+# Hidden, for tests and benchmarks only: judge a copied /sys tree (a fixture's sys/) as if
+# it were this node's, with whatever tools are on PATH. Not for operators: a live run
+# against a foreign tree mixes that tree with this node's NVML and hostname.
+SYSFS_ROOT_ENV = "NETDOCTOR_SYSFS_ROOT"
 DEFAULT_DEADLINE_S = 10.0
 DEFAULT_DEADLINE_WITH_PROBE_S = 20.0
 TOOL_TIMEOUT_S = 5.0
@@ -69,7 +73,13 @@ def open_source(snapshot: Path | None, *, tool_timeout_s: float = TOOL_TIMEOUT_S
         return
     from netdoctor.host.live import LiveSource
 
-    yield LiveSource(sys_root="/sys", record=False, tool_timeout_s=tool_timeout_s)
+    yield LiveSource(sys_root=live_sys_root(), record=False, tool_timeout_s=tool_timeout_s)
+
+
+def live_sys_root(env: Mapping[str, str] | None = None) -> str:
+    """/sys, or the tree $NETDOCTOR_SYSFS_ROOT names (tests and benchmarks only)."""
+    environment = os.environ if env is None else env
+    return environment.get(SYSFS_ROOT_ENV) or "/sys"
 
 
 class _Timeout(Exception):

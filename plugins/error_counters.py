@@ -180,8 +180,7 @@ def _judge_counter(ctx: CheckContext, hca: Hca, port: Port, spec: CounterSpec, v
     if value > threshold:
         out.findings.append(ctx.graded(
             str(ctx.rule("absolute_severity", "warn")), port.name,
-            f"{spec.name} is {value} (above {threshold}); {no_history}, so when they happened is unknown "
-            f"({spec.meaning})",
+            f"{spec.name} is {value} (above {threshold}), with no rate to judge ({no_history}): {spec.meaning}",
             evidence={"counter": spec.name, "value": value, "absolute_limit": threshold},
             remedy=f"run netdoctor again later to measure growth; if it grows: {remedy}",
             rule=f"{spec.name}_absolute"))

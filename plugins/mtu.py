@@ -86,8 +86,6 @@ def _judge_all(ctx: CheckContext) -> list[Judged]:
         group_class = _class_name(port_class)
         if port_class is not None and port_class.role == "unused":
             judged.append(Judged(ctx.skip(port.name, f"port class '{port_class.name}' is unused")))
-            if port.netdev:
-                seen_netdevs.add(port.netdev)
             continue
         if port.link_layer is LinkLayer.INFINIBAND:
             if port.state is None:

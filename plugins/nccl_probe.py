@@ -118,7 +118,7 @@ def nccl_probe(ctx: CheckContext) -> Iterator[Finding]:
                               remedy="install NCCL: `pip install netdoctor[probe]` or the system libnccl2 package")
         return
     if status == "timeout":
-        yield ctx.graded(_status_rule(ctx, "timeout_status", "fail"), "node", f"probe timed out: {reason}",
+        yield ctx.graded(_status_rule(ctx, "timeout_status", "fail"), "node", reason if reason.startswith("probe timed out") else f"probe timed out: {reason}",
                          evidence=base, remedy=TIMEOUT_REMEDY, rule="timeout_status")
         return
     if status == "wrong-result":

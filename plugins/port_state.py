@@ -130,7 +130,8 @@ def _judge_subnet_managers(ctx: CheckContext, ports: list[tuple[Port, PortClass 
         evidence = {"sm_lids": {f"0x{lid:x}": names for lid, names in sorted(sm_lids.items())}, "scope": scope}
         if len(sm_lids) == 1:
             lid, names = next(iter(sm_lids.items()))
-            yield ctx.passed("node", f"all {len(names)} active IB ports{where} see SM LID 0x{lid:x}", evidence=evidence)
+            who = f"all {len(names)} active IB ports{where} see" if len(names) > 1 else f"the active IB port{where} sees"
+            yield ctx.passed("node", f"{who} SM LID 0x{lid:x}", evidence=evidence)
             continue
         parts = "; ".join(f"0x{lid:x} on {', '.join(names)}" for lid, names in sorted(sm_lids.items()))
         yield ctx.graded(ctx.rule("sm_mismatch_severity", "warn"), "node",

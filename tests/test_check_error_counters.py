@@ -82,8 +82,8 @@ def test_absolute_level_without_history_warns() -> None:
     port_of(inventory, "mlx5_5:1").counters["link_downed"] = 2
     finding = only(run(inventory), "mlx5_5:1")
     assert finding.status is Status.WARN
-    assert finding.summary.startswith("link_downed is 2 (above 0); there is no earlier reading, so when they "
-                                      "happened is unknown")
+    assert finding.summary == ("link_downed is 2 (above 0), with no rate to judge (there is no earlier reading): "
+                               "times the link went down")
     assert finding.rule == "link_downed_absolute"
 
 

@@ -112,7 +112,7 @@ def test_child_sees_the_c_locale_and_no_inherited_environment(monkeypatch: pytes
 def test_missing_tool_is_missing() -> None:
     result = _run(CommandSpec("ibdev2netdev", ("no-such-tool-netdoctor",)))["ibdev2netdev"]
     assert result.state is CommandState.MISSING
-    assert result.describe() == "ibdev2netdev is not installed"
+    assert result.describe() == "no-such-tool-netdoctor is not installed"   # names the executable to install
 
 
 def test_not_executable_path_is_an_error(tmp_path: Path) -> None:

@@ -68,7 +68,7 @@ def test_phys_state_values(text: str, state: PhysState) -> None:
 
 
 def test_phys_state_refuses_a_logical_state() -> None:
-    with pytest.raises(ParseError, match="physical state"):
+    with pytest.raises(ParseError, match="physical port state"):
         parse_phys_state("4: ACTIVE")
 
 
@@ -417,7 +417,7 @@ def test_topo_glued_cells_and_prompt_and_no_legend() -> None:
         "$ nvidia-smi topo -m\n"
         "        GPU0    GPU1    NIC0    NIC1    CPU Affinity    NUMA Affinity\n"
         "GPU0     X      NV18    PIXNODE         0-47            0\n"
-        "GPU1    NV18     X PIX  NODENODE        0-47            0\n"
+        "GPU1    NV18     X PIX  NODE            0-47            0\n"
         "NIC0    PIXPIX   X      NODE\n"
         "NIC1    NODENODE NODE     X\n"
     )
@@ -463,3 +463,10 @@ def test_parser_for_command() -> None:
     assert parser_for_command("nvidia-smi-topo-m") is parse_nvidia_smi_topo
     assert parser_for_command("ibv_devinfo-v") is parse_ibv_devinfo
     assert parser_for_command("perfquery-x-") is None and parser_for_command("lspci") is None
+
+
+def test_iblinkinfo_malformed_link_field_is_named() -> None:
+    text = 'Switch: 0x0002c90200000001 leaf-1:\n           4    1[  ] ==( 4X 25 Gbps)==>       5    1[  ] "leaf-2" ( )\n'
+    with pytest.raises(ParseError, match="link field") as caught:
+        parse_iblinkinfo(text)
+    assert caught.value.line_number == 2

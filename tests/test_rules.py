@@ -57,7 +57,8 @@ def test_child_packs_only_set_keys_the_default_pack_documents() -> None:
 def test_extends_merges_thresholds_and_keeps_the_childs_identity() -> None:
     pack = load_rules("dgx-h100", env={})
     assert pack.section("error-counters")["ber_limit"] == 1e-12          # inherited
-    assert pack.section("pcie-link")["gpu_low_speed_status"] == "fail"   # child's value
+    assert "error-counters" in pack.required                              # child's [grade]
+    assert "error-counters" not in load_rules("default", env={}).required
     assert pack.data["pack"]["priority"] == 50
     assert pack.data["pack"]["match"]["gpu_name"] == "H100|H200"
     assert [port_class.name for port_class in pack.port_classes] == ["compute", "storage"]
@@ -271,3 +272,45 @@ def test_to_toml_round_trips_the_merged_pack(tmp_path: Path) -> None:
     assert text.startswith("# rule pack: dgx-h100\n# selected: --rules dgx-h100, site overrides")
     assert tomllib.loads(text) == pack.data
     assert text.index("[pack]") < text.index("[grade]") < text.index("[port-classes.spare]") < text.index("[port-state]")
+
+
+class RecordingRules(dict):
+    """A rules mapping that records every key a check asks for."""
+
+    def __init__(self, values: dict, asked: set[str]) -> None:
+        super().__init__(values)
+        self.asked = asked
+
+    def get(self, key, default=None):  # type: ignore[override]
+        self.asked.add(key)
+        return super().get(key, default)
+
+
+def test_every_threshold_the_checks_read_is_in_the_default_pack() -> None:
+    from inventory_factory import history_of, roce_node
+    from netdoctor.checks.api import CheckContext
+    from netdoctor_plugins.error_counters import error_counters
+    from netdoctor_plugins.link_speed import link_speed
+    from netdoctor_plugins.mtu import mtu
+    from netdoctor_plugins.port_state import port_state
+
+    default = load_rules("default", env={})
+    # Nodes where every counter is high and grew, so every per-counter key is consulted.
+    inventories = []
+    for inventory in (dgx_h100(), roce_node()):
+        for port in inventory.ports:
+            port.counters = {name: 1000 for name in port.counters}
+            port.hw_counters = {name: 1000 for name in port.hw_counters}
+        inventories.append(inventory)
+    for check_id, function in (("port-state", port_state), ("link-speed", link_speed),
+                               ("error-counters", error_counters), ("mtu", mtu)):
+        asked: set[str] = set()
+        for inventory in inventories:
+            grown = history_of(inventory, changes={port.name: {**{name: 1 for name in port.counters},
+                                                             **{f"hw_counters/{name}": 1 for name in port.hw_counters}}
+                                                   for port in inventory.ports})
+            for history in (None, grown):
+                rules = RecordingRules(dict(default.section(check_id)), asked)
+                list(function(CheckContext(check_id, inventory, rules, history=history)))
+        missing = asked - set(default.section(check_id))
+        assert asked and not missing, f"{check_id} reads keys missing from default.toml: {sorted(missing)}"

@@ -66,6 +66,11 @@ def need_gpus(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
         return None
     nvml = inventory.source("nvml")
     if nvml.state is SourceState.MISSING:
+        # No NVML library, but nvidia-smi is installed and hung: a wedged driver stack
+        # (nvidia-smi blocks in the kernel when a GPU is stuck), not a GPU-less node.
+        topology = inventory.source("nvidia-smi-topo-m")
+        if topology.state is SourceState.TIMEOUT:
+            return (Status.UNKNOWN, topology.reason())
         return (Status.SKIP, "no NVIDIA GPUs (no NVIDIA driver)")
     if nvml.state is SourceState.OK:
         return (Status.SKIP, "no NVIDIA GPUs")

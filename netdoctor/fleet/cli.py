@@ -27,6 +27,13 @@ from netdoctor.fleet.sweep import SweepOptions, parse_hosts, run_sweep
 
 log = structlog.get_logger(__name__)
 
+# typer >= 0.2x vendors click and names the base of its usage errors TyperException;
+# older typer (the pure-Python one the zipapp bundles) raises click's own.
+try:
+    from typer import TyperException as _CommandLineError
+except ImportError:
+    from click import ClickException as _CommandLineError
+
 USAGE_EXIT = 3
 
 fleet_app = typer.Typer(
@@ -138,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(exit_request.exit_code)
     except typer.Abort:
         return USAGE_EXIT
-    except typer.TyperException as error:
+    except _CommandLineError as error:
         show = getattr(error, "show", None)
         if callable(show):
             show()

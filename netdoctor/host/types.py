@@ -48,7 +48,8 @@ class CommandResult:
         if self.state is CommandState.TIMEOUT:
             return f"{self.name} timed out after {self.duration_s:.1f} s"
         if self.state is CommandState.MISSING:
-            return f"{self.name} is not installed"
+            # Name the executable the operator would install, not the snapshot NAME.
+            return f"{self.argv[0] if self.argv else self.name} is not installed"
         if self.state is CommandState.ERROR:
             first = (self.stderr.strip().splitlines() or [""])[0][:200]
             code = f"exit status {self.returncode}" if self.returncode is not None else "could not start"

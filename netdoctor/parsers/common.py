@@ -6,11 +6,12 @@ Pure functions only: text in, values out, `ParseError` on anything not recognise
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from netdoctor.errors import ParseError
+from netdoctor.errors import NothingToParse, ParseError
 from netdoctor.inventory.model import LinkLayer, PhysState, PortState
 
 # CSI sequences (ESC [ ... letter): nvidia-smi underlines its header row when stdout is a tty.
@@ -83,9 +84,17 @@ _TOOL_ERRORS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
+# Literal words at least one of which every pattern above needs. Checking them first keeps
+# screening cheap on fabric-wide outputs (80k lines) that almost never hold an error.
+_TOOL_ERROR_WORDS = ("ibpanic", "UMAD", "umad", "ibwarn", "iberror", "NVML", "NVIDIA-SMI", "No devices",
+                     "IB devices", "command not found", "Cannot get stats")
+
+
 def find_tool_errors(text: str) -> list[ToolError]:
     """Every line that is a known tool error message, in order."""
     found: list[ToolError] = []
+    if not any(word in text for word in _TOOL_ERROR_WORDS):
+        return found
     for number, line in numbered_lines(text):
         for pattern, meaning in _TOOL_ERRORS:
             if pattern.search(line):
@@ -107,9 +116,7 @@ def screen_tool_errors(source: str, text: str) -> None:
 
 
 def require_text(source: str, text: str) -> None:
-    """NothingToParse for empty or whitespace-only output (also for non-str input)."""
-    from netdoctor.errors import NothingToParse
-
+    """NothingToParse for empty or whitespace-only output; ParseError for non-text input."""
     if not isinstance(text, str):
         raise ParseError(source, f"expected text, got {type(text).__name__}")
     if not text.strip():
@@ -229,26 +236,43 @@ def _split_state(text: str) -> tuple[str, int | None]:
     return text.strip(), None
 
 
-def port_state_from_text(source: str, text: str, line_number: int = 0, line: str = "") -> PortState:
-    """Any tool's spelling of the logical port state -> PortState; name and number must agree."""
+@functools.lru_cache(maxsize=256)
+def _lookup_port_state(text: str) -> PortState | str:
+    """PortState, or the reason it is not one (cached: fabric outputs repeat a few spellings)."""
     name, number = _split_state(text)
     state = _PORT_STATE_NAMES.get(_name_key(name))
     if state is None:
-        raise ParseError(source, f"unknown logical port state {text.strip()[:40]!r}", line_number, line)
+        return "unknown logical port state"
     if number is not None and _PORT_STATE_NUMBERS.get(number) is not state:
-        raise ParseError(source, f"port state name and number disagree in {text.strip()[:40]!r}", line_number, line)
+        return "port state name and number disagree in"
     return state
+
+
+@functools.lru_cache(maxsize=256)
+def _lookup_phys_state(text: str) -> PhysState | str:
+    name, number = _split_state(text)
+    state = _PHYS_STATE_NAMES.get(re.sub(r"[^A-Z]", "", name.upper()))
+    if state is None:
+        return "unknown physical port state"
+    if number is not None and _PHYS_STATE_NUMBERS.get(number) is not state:
+        return "physical state name and number disagree in"
+    return state
+
+
+def port_state_from_text(source: str, text: str, line_number: int = 0, line: str = "") -> PortState:
+    """Any tool's spelling of the logical port state -> PortState; name and number must agree."""
+    state = _lookup_port_state(text)
+    if isinstance(state, PortState):
+        return state
+    raise ParseError(source, f"{state} {text.strip()[:40]!r}", line_number, line)
 
 
 def phys_state_from_text(source: str, text: str, line_number: int = 0, line: str = "") -> PhysState:
     """Any tool's spelling of the physical port state -> PhysState; name and number must agree."""
-    name, number = _split_state(text)
-    state = _PHYS_STATE_NAMES.get(re.sub(r"[^A-Z]", "", name.upper()))
-    if state is None:
-        raise ParseError(source, f"unknown physical port state {text.strip()[:40]!r}", line_number, line)
-    if number is not None and _PHYS_STATE_NUMBERS.get(number) is not state:
-        raise ParseError(source, f"physical state name and number disagree in {text.strip()[:40]!r}", line_number, line)
-    return state
+    state = _lookup_phys_state(text)
+    if isinstance(state, PhysState):
+        return state
+    raise ParseError(source, f"{state} {text.strip()[:40]!r}", line_number, line)
 
 
 def link_layer_from_text(source: str, text: str, line_number: int = 0, line: str = "") -> LinkLayer:

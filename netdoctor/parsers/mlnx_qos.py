@@ -146,10 +146,10 @@ def parse_mlnx_qos_all(text: str) -> list[MlnxQos]:
     pending_tc: dict[str, object] | None = None
 
     def start_new_if(condition: bool) -> None:
-        nonlocal current
+        nonlocal current, pending_tc
         if condition and current.has_content:
             outputs.append(current)
-            current = _Builder()
+            current, pending_tc = _Builder(), None
 
     for number, raw in numbered_lines(text):
         line = raw.strip()

@@ -7,6 +7,7 @@ fixtures do not) and returns a typed value or raises ParseError.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from netdoctor.errors import ParseError
@@ -160,6 +161,7 @@ def parse_link_width(text: str) -> int | None:
     return width or None
 
 
+@functools.lru_cache(maxsize=64)
 def speed_name_from_lane(lane_gbps: float) -> str | None:
     """IB speed class of a per-lane rate, signalling (25.78125) or nominal (25.0). 10 Gb/s -> QDR
     (FDR10 has the same lane rate; tools that know it say so by name)."""

@@ -240,6 +240,9 @@ def run_probe(*, gpus: list[int] | None, engine: str = "auto", budget_s: float =
         result = _run_nccl_tests(gpus, sizes, budget_s, started, env, gpu_links)
     else:
         result = _run_worker(gpus, sizes, budget_s, started, env, gpu_links, localise_below_fraction)
+    if not result.get("gpus") and gpu_links:
+        result["gpus"] = [link.index for link in gpu_links]
+        result["gpu_count"] = len(gpu_links)
     if result.get("reason_code") in ("no-driver", "no-gpus") and gpu_links:
         # NVML sees GPUs but CUDA does not: a broken driver install, not a GPU-less node.
         result["status"] = "error"

@@ -458,12 +458,17 @@ class Probe:
             gpu.activate()
             self.cuda.call("cuMemsetD32Async", gpu.recv, ctypes.c_uint(NAN_BITS), ctypes.c_size_t(count), gpu.stream)
         warmup = int(self.config.get("warmup", 0)) or (5 if size <= (1 << 24) else 2)
-        enqueue_start = time.perf_counter()
-        for _ in range(warmup):
-            self.all_reduce(count, gpus, comms)
-        enqueue_s = (time.perf_counter() - enqueue_start) / warmup
+        # The first call of a size (and of a communicator) carries one-off set-up; it is
+        # run and waited for alone, so the timed warm-up that sizes the run is steady-state.
+        self.all_reduce(count, gpus, comms)
         self.synchronize(gpus, comms, self.deadline - TEARDOWN_RESERVE_S)
-        per_iteration = max((time.perf_counter() - enqueue_start) / warmup, 1e-6)
+        timed = max(warmup - 1, 1)
+        enqueue_start = time.perf_counter()
+        for _ in range(timed):
+            self.all_reduce(count, gpus, comms)
+        enqueue_s = (time.perf_counter() - enqueue_start) / timed
+        self.synchronize(gpus, comms, self.deadline - TEARDOWN_RESERVE_S)
+        per_iteration = max((time.perf_counter() - enqueue_start) / timed, 1e-6)
         iterations = int(self.config.get("iterations", 0)) or max(3, min(1000, int(time_share / per_iteration)))
         if self.kernels:
             # Spin for as long as enqueueing will take (with margin), capped at 0.2 s.

@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Build netdoctor.pyz: one file an operator copies to every node (pdcp) and runs with python3.
+
+    python3 packaging/build-zipapp.py [-o dist/netdoctor.pyz]
+
+It holds netdoctor, netdoctor_plugins (plugins/), netdoctor_rules (rules/) and the pure-
+Python dependencies, copied from the environment this script runs in (no network).
+Compiled modules cannot be imported from a zip, so psutil (C) is left out: netdoctor
+imports it lazily and works without it on `check --snapshot`; a node with python3-psutil
+installed still gets it from its own site-packages.
+
+typer 0.2x validates options with pydantic (compiled pydantic-core), so the zipapp
+takes typer and click from pure-Python wheels in packaging/wheelhouse/ (typer 0.15.4,
+click 8.1.8; `--wheelhouse DIR` for others): a wheel there replaces the installed
+distribution of the same name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.metadata
+import shutil
+import sys
+import tempfile
+import zipapp
+import zipfile
+from pathlib import Path, PurePosixPath
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Pure-Python distributions bundled, with what they need at run time.
+BUNDLED = (
+    "typer", "rich", "shellingham", "annotated-doc", "markdown-it-py", "mdurl", "pygments",
+    "structlog", "ClusterShell", "typing_extensions", "nvidia-ml-py", "pyroute2",
+)
+DEFAULT_WHEELHOUSE = REPO / "packaging" / "wheelhouse"
+# Compiled or not needed at run time: never copied even when a file list names them.
+EXCLUDED_SUFFIXES = (".so", ".pyd", ".dylib", ".pyc")
+
+MAIN = r'''"""netdoctor single-file build: python3 netdoctor.pyz check ...
+
+The archive unpacks itself once into a cache directory and runs from there, so code
+that reads its own data files by path (rule packs, examples) works as when installed.
+"""
+import os
+import shutil
+import sys
+import tempfile
+import zipfile
+
+BUILD_ID = "@BUILD_ID@"
+
+if sys.version_info < (3, 11):
+    sys.exit(f"netdoctor needs Python 3.11 or newer; this is {sys.version.split()[0]}")
+
+
+def _cache_root():
+    configured = os.environ.get("NETDOCTOR_PYZ_CACHE")
+    if configured:
+        return configured
+    if os.geteuid() == 0:
+        return "/var/cache/netdoctor"
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "netdoctor")
+
+
+def _trusted(path):
+    # Never run code from a directory someone else could have written.
+    info = os.stat(path)
+    return info.st_uid == os.geteuid() and not info.st_mode & 0o022
+
+
+def _unpacked(archive):
+    root = _cache_root()
+    target = os.path.join(root, f"pyz-{BUILD_ID}")
+    if os.path.isfile(os.path.join(target, ".complete")) and _trusted(target):
+        return target
+    try:
+        os.makedirs(root, mode=0o755, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".unpack-", dir=root)
+    except OSError:
+        staging = tempfile.mkdtemp(prefix="netdoctor-pyz-")
+        target = staging
+    os.chmod(staging, 0o755)
+    with zipfile.ZipFile(archive) as bundle:
+        bundle.extractall(staging)
+    open(os.path.join(staging, ".complete"), "w").close()
+    if staging != target:
+        try:
+            os.rename(staging, target)
+        except OSError:            # another run unpacked it first
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+archive = os.path.dirname(os.path.abspath(__file__))
+directory = _unpacked(archive)
+sys.path[:] = [directory] + [entry for entry in sys.path if os.path.abspath(entry or ".") != archive]
+from netdoctor.cli import main  # noqa: E402
+
+main()
+'''
+
+
+def copy_tree(source: Path, target: Path) -> None:
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", ".*"))
+
+
+def copy_distribution(name: str, stage: Path) -> list[str]:
+    try:
+        distribution = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError as error:
+        raise SystemExit(f"{name} is not installed in {sys.executable}; pip install it first") from error
+    copied: list[str] = []
+    for file in distribution.files or ():
+        relative = PurePosixPath(str(file))
+        if relative.parts[0] in ("..", "bin") or relative.is_absolute() or "__pycache__" in relative.parts:
+            continue
+        if relative.suffix in EXCLUDED_SUFFIXES or ".dist-info" in relative.parts[0] and relative.name != "METADATA":
+            continue
+        source = Path(distribution.locate_file(file))
+        if not source.is_file():
+            continue
+        target = stage / Path(*relative.parts)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+        copied.append(str(relative))
+    if not copied:
+        raise SystemExit(f"{name}: no files found to bundle")
+    return copied
+
+
+def wheel_name(path: Path) -> str:
+    """Normalized distribution name of a wheel file: typer-0.15.4-py3-none-any.whl -> typer."""
+    return path.name.split("-", 1)[0].lower().replace("_", "-")
+
+
+def unpack_wheel(path: Path, stage: Path) -> None:
+    if not path.name.endswith("-py3-none-any.whl"):
+        raise SystemExit(f"{path.name}: only pure-Python wheels (py3-none-any) can go into a zipapp")
+    with zipfile.ZipFile(path) as wheel:
+        for member in wheel.infolist():
+            name = PurePosixPath(member.filename)
+            if name.is_absolute() or ".." in name.parts or ".dist-info" in name.parts[0] or member.is_dir():
+                continue
+            target = stage / Path(*name.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(wheel.read(member))
+
+
+def build(output: Path, wheelhouse: Path = DEFAULT_WHEELHOUSE) -> Path:
+    wheels = {wheel_name(path): path for path in sorted(wheelhouse.glob("*.whl"))} if wheelhouse.is_dir() else {}
+    with tempfile.TemporaryDirectory(prefix="netdoctor-zipapp-") as scratch:
+        stage = Path(scratch)
+        copy_tree(REPO / "netdoctor", stage / "netdoctor")
+        copy_tree(REPO / "plugins", stage / "netdoctor_plugins")
+        copy_tree(REPO / "rules", stage / "netdoctor_rules")
+        for wheel in wheels.values():
+            unpack_wheel(wheel, stage)
+        for name in BUNDLED:
+            if name.lower().replace("_", "-") not in wheels:
+                copy_distribution(name, stage)
+        if "click" not in wheels and (stage / "typer" / "_adapters.py").exists():
+            raise SystemExit("the installed typer needs pydantic (compiled): put pure typer/click wheels in --wheelhouse")
+        digest = hashlib.sha256()
+        for path in sorted(stage.rglob("*")):
+            if path.is_file():
+                digest.update(str(path.relative_to(stage)).encode() + b"\0" + path.read_bytes())
+        (stage / "__main__.py").write_text(MAIN.replace("@BUILD_ID@", digest.hexdigest()[:16]))
+        output.parent.mkdir(parents=True, exist_ok=True)
+        zipapp.create_archive(stage, output, interpreter="/usr/bin/env python3", compressed=True)
+    output.chmod(0o755)
+    return output
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-o", "--output", type=Path, default=REPO / "dist" / "netdoctor.pyz")
+    parser.add_argument("--wheelhouse", type=Path, default=DEFAULT_WHEELHOUSE, help="pure-Python wheels that replace installed dists")
+    arguments = parser.parse_args()
+    path = build(arguments.output, arguments.wheelhouse)
+    print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""The `nccl-probe` check: grading real device results and every failure shape."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netdoctor.checks.api import CheckContext
+from netdoctor.inventory.model import Gpu, Inventory, PcieLink, Topology
+from netdoctor.report.model import Finding, Status
+from netdoctor_plugins.nccl_probe import gpu_links, nccl_probe
+from tests.inventory_factory import CAPTURED_AT, h100_gpus, pack, sources
+
+DEVICE = Path(__file__).parent / "data" / "device" / "nvidia-h200-x2"
+
+
+def recorded(name: str) -> dict[str, Any]:
+    return json.loads((DEVICE / name).read_text(encoding="utf-8"))["probe"]
+
+
+def h200_inventory(*, active: int = 18, topology: Topology | None = None) -> Inventory:
+    gpus = [Gpu(index, name="NVIDIA H200", nvlink_active=active, nvlink_total=18,
+                pcie=PcieLink(f"0000:00:0{6 + index}.0", 5, 5, 16, 16, source="nvml")) for index in range(2)]
+    return Inventory(host="vm", captured_at=CAPTURED_AT, gpus=gpus, topology=topology, sources=sources("nvml"))
+
+
+def judge(probe: dict[str, Any] | None, inventory: Inventory | None = None, pack_name: str = "default",
+          overrides: dict[str, Any] | None = None) -> list[Finding]:
+    section = dict(pack(pack_name).section("nccl-probe"))
+    section.update(overrides or {})
+    context = CheckContext("nccl-probe", inventory or h200_inventory(), section, probe=probe)
+    return list(nccl_probe(context))
+
+
+def test_healthy_two_h200_pass() -> None:
+    findings = judge(recorded("probe-report.json"))
+    assert len(findings) == 1
+    finding = findings[0]
+    assert finding.status is Status.PASS and finding.subject == "node"
+    assert finding.evidence["nccl_busbw_gbps"] == pytest.approx(326.4, abs=0.1)
+    assert finding.evidence["expected_gbps"] == pytest.approx(331.8, abs=0.1)
+    assert finding.evidence["transport"] == "P2P/NVLink"
+    assert finding.evidence["channels"] == 24
+    assert finding.evidence["bytes"] == 1 << 30
+    assert "via P2P/NVLink" in finding.summary
+
+
+def test_p2p_disabled_fails_against_the_nvlink_expectation() -> None:
+    findings = judge(recorded("probe-report-p2p-disabled.json"))
+    finding = findings[0]
+    assert finding.status is Status.FAIL
+    assert finding.evidence["transport"] == "SHM"
+    assert finding.evidence["fraction"] < 0.1
+    assert "NCCL used SHM" in finding.summary
+    assert finding.remedy and "NCCL_P2P_DISABLE" in finding.remedy
+
+
+def test_transport_mismatch_alone_warns_by_default_and_fails_on_dgx() -> None:
+    probe = copy.deepcopy(recorded("probe-report.json"))
+    probe["transport"]["kind"] = "P2P"        # bandwidth fine, but not over NVLink
+    assert judge(probe)[0].status is Status.WARN
+    assert judge(probe, pack_name="dgx-h100")[0].status is Status.FAIL
+    assert judge(probe, pack_name="dgx-h100")[0].rule == "transport_mismatch_status"
+
+
+@pytest.mark.parametrize(("busbw", "expected"), [(300.0, Status.PASS), (200.0, Status.WARN), (100.0, Status.FAIL)])
+def test_fractions_decide(busbw: float, expected: Status) -> None:
+    probe = copy.deepcopy(recorded("probe-report.json"))
+    probe["sizes"][-1]["busbw_gbps"] = busbw
+    assert judge(probe)[0].status is expected
+
+
+def test_judged_on_largest_size_not_the_average() -> None:
+    probe = copy.deepcopy(recorded("probe-report.json"))
+    probe["sizes"].reverse()               # order must not matter
+    assert judge(probe)[0].evidence["bytes"] == 1 << 30
+
+
+def test_largest_size_too_small_is_unknown() -> None:
+    probe = copy.deepcopy(recorded("probe-report.json"))
+    probe["sizes"] = probe["sizes"][:3]    # up to 16 MiB
+    finding = judge(probe)[0]
+    assert finding.status is Status.UNKNOWN and "too small" in finding.summary
+
+
+def test_pack_override_of_expected_level() -> None:
+    finding = judge(recorded("probe-report.json"), overrides={"expected_busbw_gbps": 500})[0]
+    assert finding.status is Status.WARN          # 326.4 / 500 = 65 %
+    assert finding.evidence["expected_gbps"] == 500
+
+
+def test_inventory_links_and_topology_peers_are_used() -> None:
+    probe = copy.deepcopy(recorded("probe-report.json"))
+    topology = Topology(gpus=("GPU0", "GPU1"), nics=(), links={("GPU0", "GPU1"): "NV4", ("GPU1", "GPU0"): "NV4"})
+    links = gpu_links(probe, h200_inventory(topology=topology))
+    assert [link.nvlink_peers for link in links] == [4, 4]
+    finding = judge(probe, h200_inventory(topology=topology))[0]
+    assert finding.evidence["expected_gbps"] == pytest.approx(100 * 0.764 * 0.965, abs=0.2)
+
+
+def test_not_run_and_runner_shapes() -> None:
+    assert judge(None)[0].status is Status.SKIP
+    assert judge(None)[0].summary == "probe not run (--no-probe)"
+    assert judge({"skipped": "--no-probe"})[0].status is Status.SKIP
+    error = judge({"error": "the probe did not finish within 9.0 s"})[0]
+    assert error.status is Status.UNKNOWN and "9.0 s" in error.summary
+
+
+def test_skips_and_unknowns_carry_the_reason() -> None:
+    single = judge({"status": "skipped", "reason": "1 GPU(s) selected: an all-reduce needs at least 2",
+                    "reason_code": "single-gpu"})[0]
+    assert single.status is Status.SKIP and "at least 2" in single.summary
+    no_nccl = judge({"status": "skipped", "reason": "NCCL not found", "reason_code": "no-nccl"})[0]
+    assert no_nccl.status is Status.UNKNOWN and no_nccl.remedy and "netdoctor[probe]" in no_nccl.remedy
+    failed = judge({"status": "error", "reason": "NCCL ncclCommInitAll failed: unhandled cuda error"})[0]
+    assert failed.status is Status.UNKNOWN and "ncclCommInitAll" in failed.summary
+
+
+def test_timeout_and_wrong_result_fail() -> None:
+    timeout = judge({"status": "timeout", "reason": "probe timed out: killed at the 5 s deadline"})[0]
+    assert timeout.status is Status.FAIL and timeout.summary == "probe timed out: killed at the 5 s deadline"
+    wrong = judge({"status": "wrong-result", "reason": "all-reduce of 1048576 B gave 7 wrong element(s)",
+                   "sizes": []})[0]
+    assert wrong.status is Status.FAIL and "7 wrong" in wrong.summary
+
+
+def test_localisation_names_the_slow_gpu() -> None:
+    probe = copy.deepcopy(recorded("probe-report.json"))
+    probe["sizes"][-1]["busbw_gbps"] = 200.0
+    probe["gpus"] = list(range(8))
+    probe["gpu_links"] = [dict(probe["gpu_links"][0], index=index) for index in range(8)]
+    copies = [{"kind": "copy", "direction": "host-to-device", "gpus": [index], "bytes": 1 << 26,
+               "gbps": 12.0 if index == 5 else 55.0} for index in range(8)]
+    pairs = [{"kind": "pair", "gpus": [index, (index + 1) % 8], "bytes": 1 << 26,
+              "busbw_gbps": 90.0 if 5 in (index, (index + 1) % 8) else 280.0, "verified": True} for index in range(8)]
+    probe["localisation"] = copies + pairs
+    inventory = Inventory(host="n", captured_at=CAPTURED_AT, gpus=h100_gpus(), sources=sources("nvml"))
+    findings = judge(probe, inventory)
+    assert findings[0].status is Status.WARN and findings[0].subject == "node"
+    named = [finding for finding in findings[1:]]
+    assert {finding.subject for finding in named} == {"GPU5"}
+    assert any("host-to-device copy 12.0 GB/s" in finding.summary for finding in named)
+    assert any("both neighbour pairs" in finding.summary for finding in named)
