@@ -80,3 +80,23 @@ def make_fake_tools(snapshot: Path, bin_dir: Path, *, delay_s: float = 0.0) -> P
 def path_with(bin_dir: Path) -> str:
     """A PATH with only the fakes and the basic system directories (no real node tools)."""
     return os.pathsep.join([str(bin_dir), "/usr/bin", "/bin"])
+
+
+def live_source_for(fixture: Path, bin_dir: Path, *, record: bool = False, tool_timeout_s: float = 10.0):
+    """A live-like source: the fixture's sys/ as the live /sys, its tools as fakes on PATH,
+    and its nvml.json as what NVML reports (this machine has no NVIDIA driver)."""
+    import json
+
+    from netdoctor.host.live import LiveSource
+
+    make_fake_tools(fixture, bin_dir)
+    nvml_path = fixture / "nvml.json"
+    nvml_report = (json.loads(nvml_path.read_text()), "ok") if nvml_path.exists() else (None, "no NVIDIA driver: test node")
+
+    class FixtureLiveSource(LiveSource):
+        def nvml(self):
+            if self.recording is not None:
+                self.recording.set_nvml(*nvml_report)
+            return nvml_report
+
+    return FixtureLiveSource(sys_root=fixture / "sys", record=record, tool_timeout_s=tool_timeout_s, path_env=path_with(bin_dir))

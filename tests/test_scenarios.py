@@ -88,3 +88,31 @@ def test_cli_json_report_follows_contract() -> None:
     down = [f for f in report["findings"] if f["status"] == "fail"]
     assert [f["subject"] for f in down] == ["mlx5_4:1"]
     assert "DOWN" in down[0]["summary"].upper() and down[0]["remedy"]
+
+
+@pytest.mark.parametrize("name", ["dgx-h100", "dgx-h100-port-hdr", "dgx-h100-pcie-gen4-x8", "roce-h100-no-pfc", "cpu-node"])
+def test_capture_of_a_live_run_gives_the_same_findings(name: str, tmp_path: Path) -> None:
+    """check --snapshot on a capture equals the live run it was captured from (and the fixture itself)."""
+    from fake_tools import live_source_for
+
+    from netdoctor.host.snapshot import write_snapshot
+    from netdoctor.inventory.build import build_inventory
+
+    fixture = NODES / name
+    env = {"NETDOCTOR_STATE": str(tmp_path / "state.json")}
+    live = run_check(CheckOptions(no_probe=True), source=live_source_for(fixture, tmp_path / "bin"), env=env)
+
+    recording_source = live_source_for(fixture, tmp_path / "bin", record=True)
+    build_inventory(recording_source)
+    capture = tmp_path / "capture.tar.gz"
+    write_snapshot(recording_source.recording, capture, host=recording_source.host,
+                   captured_at=recording_source.captured_at, boot_id=recording_source.boot_id, version="test")
+    replayed = run_check(CheckOptions(snapshot=capture, no_probe=True), env={})
+    original = run_check(CheckOptions(snapshot=fixture, no_probe=True), env={})
+
+    def judged(report) -> list[tuple[str, str, str, str]]:
+        return sorted((f.check, str(f.status), f.subject, f.summary) for f in report.findings)
+
+    assert judged(replayed) == judged(live)
+    assert judged(original) == judged(live)
+    assert live.grade == replayed.grade == original.grade

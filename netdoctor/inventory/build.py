@@ -22,7 +22,7 @@ import structlog
 
 from netdoctor.errors import NetdoctorError, ParseError
 from netdoctor.host.types import CommandResult, CommandSpec, CommandState, NodeSource, SysTree
-from netdoctor.inventory.hardware import ca_type_from_part_id, canonical_pci_address, hca_model
+from netdoctor.inventory.hardware import ca_type_from_part_id, hca_model
 from netdoctor.inventory.model import (
     Conflict,
     Gpu,
@@ -40,6 +40,8 @@ from netdoctor.inventory.model import (
     Topology,
 )
 from netdoctor.parsers import sysfs_values
+from netdoctor.parsers.common import link_layer_from_text, normalize_guid
+from netdoctor.util import canonical_pci_address
 
 log = structlog.get_logger(__name__)
 
@@ -147,10 +149,10 @@ class _Builder:
             hca.ca_type = _clean(self.sys.read(f"{base}/hca_type"))
             hca.firmware = _clean(self.sys.read(f"{base}/fw_ver"))
             hca.board_id = _clean(self.sys.read(f"{base}/board_id"))
-            hca.node_guid = _guid(self.sys.read(f"{base}/node_guid"))
-            hca.sys_image_guid = _guid(self.sys.read(f"{base}/sys_image_guid"))
+            hca.node_guid = _sysfs_guid(self.sys.read(f"{base}/node_guid"))
+            hca.sys_image_guid = _sysfs_guid(self.sys.read(f"{base}/sys_image_guid"))
             hca.hardware_version = _clean(self.sys.read(f"{base}/hw_rev"))
-            hca.pci_address = canonical_pci_address(self.sys.link_name(f"{base}/device") or _uevent_slot(self.sys.read(f"{base}/device/uevent")))
+            hca.pci_address = _pci(self.sys.link_name(f"{base}/device") or _uevent_slot(self.sys.read(f"{base}/device/uevent")))
             hca.numa_node = _value(sysfs_values.parse_int, self.sys.read(f"{base}/device/numa_node"), problems, f"{base}/device/numa_node")
             if hca.numa_node is not None and hca.numa_node < 0:
                 hca.numa_node = None
@@ -167,7 +169,7 @@ class _Builder:
         port.state = _value(sysfs_values.parse_port_state, read(f"{base}/state"), problems, f"{base}/state")
         port.phys_state = _value(sysfs_values.parse_phys_state, read(f"{base}/phys_state"), problems, f"{base}/phys_state")
         port.rate = _value(sysfs_values.parse_rate, read(f"{base}/rate"), problems, f"{base}/rate")
-        port.link_layer = _link_layer(read(f"{base}/link_layer"))
+        port.link_layer = _quiet(lambda text: link_layer_from_text("sysfs", text), read(f"{base}/link_layer"))
         port.lid = _value(sysfs_values.parse_hex_or_int, read(f"{base}/lid"), problems, f"{base}/lid")
         port.sm_lid = _value(sysfs_values.parse_hex_or_int, read(f"{base}/sm_lid"), problems, f"{base}/sm_lid")
         port.lmc = _value(sysfs_values.parse_hex_or_int, read(f"{base}/lid_mask_count"), problems, f"{base}/lid_mask_count")
@@ -240,7 +242,7 @@ class _Builder:
         for fact in facts:
             netdev = Netdev(
                 name=fact.name, mtu=fact.mtu, operstate=fact.operstate, speed_mbps=fact.speed_mbps,
-                mac=fact.mac, arp_type=fact.arp_type, pci_address=canonical_pci_address(fact.pci_address),
+                mac=fact.mac, arp_type=fact.arp_type, pci_address=_pci(fact.pci_address),
                 sources=("netdevs",),
             )
             netdev.ecn_np = self.read_ecn(netdev.name, "roce_np")
@@ -286,7 +288,7 @@ class _Builder:
             gpu = Gpu(index=entry["index"], sources=("nvml",))
             gpu.name = _as(str, entry.get("name"))
             gpu.uuid = _as(str, entry.get("uuid"))
-            gpu.pci_address = canonical_pci_address(_as(str, entry.get("pci_bus_id")))
+            gpu.pci_address = _pci(_as(str, entry.get("pci_bus_id")))
             numa = _as(int, entry.get("numa_node"))
             gpu.numa_node = numa if numa is not None and numa >= 0 else None
             gpu.performance_state = _as(int, entry.get("performance_state"))
@@ -320,14 +322,14 @@ class _Builder:
             hca = self.hca(ca.name, "ibstat")
             self.merge(hca, "ca_type", ca.ca_type, "ibstat", hca.name)
             self.merge(hca, "firmware", ca.firmware, "ibstat", hca.name)
-            self.merge(hca, "node_guid", _guid(ca.node_guid), "ibstat", hca.name)
-            self.merge(hca, "sys_image_guid", _guid(ca.sys_image_guid), "ibstat", hca.name)
+            self.merge(hca, "node_guid", ca.node_guid, "ibstat", hca.name)
+            self.merge(hca, "sys_image_guid", ca.sys_image_guid, "ibstat", hca.name)
             for entry in ca.ports:
                 port = self.port(hca, entry.number, "ibstat")
                 self.merge(port, "state", entry.state, "ibstat", port.name)
                 self.merge(port, "phys_state", entry.phys_state, "ibstat", port.name)
                 self.merge(port, "link_layer", entry.link_layer, "ibstat", port.name)
-                self.merge(port, "port_guid", _guid(entry.port_guid), "ibstat", port.name)
+                self.merge(port, "port_guid", entry.port_guid, "ibstat", port.name)
                 self.merge(port, "capability_mask", entry.capability_mask, "ibstat", port.name)
                 if port.is_active or entry.state is None or port.state is None:
                     # Down ports print placeholder LIDs/rates: compare only on live links.
@@ -366,7 +368,7 @@ class _Builder:
             self.merge(hca, "vendor_part_id", device.vendor_part_id, "ibv_devinfo-v", hca.name)
             self.merge(hca, "ca_type", ca_type_from_part_id(device.vendor_part_id), "ibv_devinfo-v", hca.name)
             self.merge(hca, "board_id", device.board_id, "ibv_devinfo-v", hca.name)
-            self.merge(hca, "node_guid", _guid(device.node_guid), "ibv_devinfo-v", hca.name)
+            self.merge(hca, "node_guid", device.node_guid, "ibv_devinfo-v", hca.name)
             for entry in device.ports:
                 port = self.port(hca, entry.number, "ibv_devinfo-v")
                 self.merge(port, "state", entry.state, "ibv_devinfo-v", port.name)
@@ -399,7 +401,7 @@ class _Builder:
         for link in links:
             if link.node_kind != "CA":
                 continue
-            port = by_guid.get(_guid(link.node_guid)) if link.node_guid else None
+            port = by_guid.get(link.node_guid) if link.node_guid else None
             if port is None and link.lid is not None:
                 port = by_lid.get(link.lid)
             if port is None:
@@ -558,27 +560,12 @@ def _clean(text: str | None) -> str | None:
     return text or None
 
 
-def _guid(text: str | None) -> str | None:
-    """GUIDs come as `0x506b4b03005c2740`, `506b:4b03:005c:2740` or `0c42:a103:0065:d6b6`: normalise to 0x + 16 hex."""
-    text = _clean(text)
-    if not text:
-        return None
-    digits = text.lower().removeprefix("0x").replace(":", "")
-    if len(digits) > 16 or any(char not in "0123456789abcdef" for char in digits):
-        return text
-    return "0x" + digits.rjust(16, "0")
+def _sysfs_guid(text: str | None) -> str | None:
+    return _quiet(lambda value: normalize_guid("sysfs", value), _clean(text))
 
 
-def _link_layer(text: str | None) -> LinkLayer | None:
-    text = _clean(text)
-    if not text:
-        return None
-    lowered = text.lower()
-    if lowered == "infiniband":
-        return LinkLayer.INFINIBAND
-    if lowered == "ethernet":
-        return LinkLayer.ETHERNET
-    return None
+def _pci(address: str | None) -> str | None:
+    return canonical_pci_address(address) if address else None
 
 
 def _uevent_slot(text: str | None) -> str | None:

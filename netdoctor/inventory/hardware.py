@@ -37,17 +37,3 @@ def hca_model(ca_type: str | None) -> str | None:
 
 def ca_type_from_part_id(vendor_part_id: int | None) -> str | None:
     return f"MT{vendor_part_id}" if vendor_part_id else None
-
-
-def canonical_pci_address(address: str | None) -> str | None:
-    """`00000000:18:00.0` (NVML) or `0000:18:00.0` or `18:00.0` -> `0000:18:00.0`, lower case."""
-    if not address:
-        return None
-    text = address.strip().lower()
-    parts = text.split(":")
-    if len(parts) == 2:                     # bus:device.function, domain 0
-        return f"0000:{parts[0]:0>2}:{parts[1]}"
-    if len(parts) == 3:
-        domain = parts[0][-4:].rjust(4, "0")
-        return f"{domain}:{parts[1]:0>2}:{parts[2]}"
-    return text
