@@ -58,6 +58,11 @@ class _NetdoctorGroup(TyperGroup):
         return command
 
 
+try:   # typer >= 0.16 vendors click and raises its own exception classes
+    from typer import TyperException as _ClickUsageError
+except ImportError:   # older typer (the zipapp bundles a pure-Python one) uses click itself
+    from click import ClickException as _ClickUsageError
+
 app = typer.Typer(
     cls=_NetdoctorGroup,
     name="netdoctor",
@@ -280,7 +285,7 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     try:
         command = typer.main.get_command(app)
         result = command.main(args=args, prog_name="netdoctor", standalone_mode=False)
-    except typer.TyperException as error:   # click's usage errors (typer vendors click)
+    except _ClickUsageError as error:   # click's usage errors
         if type(error).__name__ == "NoArgsIsHelpError":
             # Building this error renders the help (typer's rich help prints it at once,
             # and returns ""); plain click returns the text.

@@ -170,3 +170,35 @@ def test_parallel_shell_failure_explains_every_silent_node() -> None:
         ("n1", "unreachable", 'no output: pdsh@vm: Cannot specify -t with "-R exec"'),
         ("n2", "unreachable", 'no output: pdsh@vm: Cannot specify -t with "-R exec"'),
     ]
+
+
+def test_saved_file_with_blocks_interleaving_and_glued_lines(tmp_path: Path) -> None:
+    """The block fast path of saved files gives what line-by-line feeding gives."""
+    lines: list[str] = []
+    for index in range(1, 30):
+        host = f"c{index:02d}"
+        grade = "fail" if index % 7 == 0 else "pass"
+        body = json.dumps(make_report(host, grade, [LINK_FAIL] if grade == "fail" else None, busbw=450.0 + index), indent=2)
+        lines += prefixed(host, body)
+    # Two hosts interleaved line by line, and one report glued to the next host's line.
+    a = prefixed("i1", json.dumps(make_report("i1", "warn", [MTU_WARN]), indent=2))
+    b = prefixed("i2", json.dumps(make_report("i2"), indent=2))
+    for pair in zip(a, b):
+        lines += pair
+    lines += a[len(b):] + b[len(a):]
+    glued = prefixed("g1", json.dumps(make_report("g1", "fail", [LINK_FAIL]), indent=2))
+    glued[-1] = "g1: }g2: not json at all\n"
+    lines += glued + ["pdsh@vm: g3: command timeout\n"]
+    saved = tmp_path / "sweep.out"
+    saved.write_text("".join(lines))
+    from_file = FleetCollector()
+    from_file.add_path(saved)
+    by_line = FleetCollector()
+    by_line.feed_lines(lines)
+    file_nodes = {node.host: (str(node.grade), node.top) for node in from_file.finish()}
+    line_nodes = {node.host: (str(node.grade), node.top) for node in by_line.finish()}
+    assert file_nodes == line_nodes
+    assert len(file_nodes) == 29 + 5
+    assert file_nodes["c07"][0] == "fail" and file_nodes["c08"][0] == "pass"
+    assert (file_nodes["i1"][0], file_nodes["i2"][0]) == ("warn", "pass")
+    assert (file_nodes["g1"][0], file_nodes["g2"][0], file_nodes["g3"][0]) == ("fail", "invalid", "unreachable")

@@ -23,14 +23,18 @@ from netdoctor.parsers import (
     parse_ibnetdiscover_ports,
     parse_iblinkinfo,
     parse_ibqueryerrors,
+    parse_ibstat,
     parse_ibstat_output,
     parse_ibstatus,
     parse_ibv_devinfo,
+    parse_mlnx_qos,
     parse_mlnx_qos_all,
+    parse_nvidia_smi_topo,
     parse_nvidia_smi_topo_matrix,
     parse_nvidia_smi_topo_p2p,
     parse_perfquery,
 )
+from netdoctor.parsers.nccl import parse_nccl_log, parse_nccl_tests
 from netdoctor.parsers.sysfs_values import (
     parse_counter,
     parse_hex_or_int,
@@ -74,6 +78,12 @@ PARSERS: dict[str, tuple[Callable[[str], Any], list[str]]] = {
     "ethtool": (parse_ethtool_stats, _samples("mlnx_qos", lambda name: "ethtool" in name)),
     "topo": (parse_nvidia_smi_topo_matrix, _samples("nvidia-smi-topo", lambda name: "p2p" not in name)),
     "topo-p2p": (parse_nvidia_smi_topo_p2p, _samples("nvidia-smi-topo", lambda name: "p2p" in name)),
+    # The parsers the inventory builder calls by command NAME (parser_for_command), and NCCL's.
+    "ibstat-cas": (parse_ibstat, _samples("ibstat")),
+    "mlnx_qos-one": (parse_mlnx_qos, _samples("mlnx_qos", lambda name: "ethtool" not in name)),
+    "topo-inventory": (parse_nvidia_smi_topo, _samples("nvidia-smi-topo", lambda name: "p2p" not in name)),
+    "nccl-log": (parse_nccl_log, _samples("nccl-log")),
+    "nccl-tests": (parse_nccl_tests, _samples("nccl-tests")),
 }
 
 VALUE_PARSERS: list[Callable[[str], Any]] = [

@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TextIO
 
 import structlog
 
@@ -63,6 +64,7 @@ class FleetCollector:
         self._run_close = ""
         self._run_close_bare = ""
         self._run_lines: list[str] = []
+        self._run_blocks = True
         self._shell_errors: list[str] = []
         self._run_source = ""
 
@@ -118,6 +120,53 @@ class FleetCollector:
             run_prefix, run_brace = self._run_prefix, self._run_brace
             run_close, run_close_bare = self._run_close, self._run_close_bare
             run_append = self._run_lines.append
+
+    def feed_text(self, chunks: Iterable[str], source: str = "") -> None:
+        """pdsh/clush output in chunks that end at line ends; the same as `feed_lines`.
+
+        A saved sweep mostly holds each host's report as one contiguous block of lines.
+        Such a block is found with C-speed string searches (the host's closing `}` line,
+        then a count showing every line in between carries the host's prefix) and taken
+        whole; anything else (interleaved hosts, shell messages) goes line by line.
+        """
+        for chunk in chunks:
+            position = 0
+            length = len(chunk)
+            while position < length:
+                if self._run_prefix and self._run_blocks:
+                    taken = self._take_block(chunk, position)
+                    if taken:
+                        position = taken
+                        continue
+                    # Interleaved: this run goes line by line to its end (no rescans).
+                    self._run_blocks = False
+                line_end = chunk.find("\n", position)
+                line_end = length if line_end < 0 else line_end + 1
+                line = chunk[position:line_end]
+                position = line_end
+                if self._run_prefix and line.startswith(self._run_prefix) and not line.startswith(self._run_brace):
+                    self._run_lines.append(line)
+                else:
+                    self.feed_line(line, source)
+
+    def _take_block(self, chunk: str, position: int) -> int:
+        """End of the run's block if it ends in this chunk and holds only this host's lines; else 0."""
+        prefix, close = self._run_prefix, self._run_close
+        if chunk.startswith(close, position):
+            end = position + len(close)
+        else:
+            found = chunk.find("\n" + close, position)
+            if found < 0:
+                return 0
+            end = found + 1 + len(close)
+        lines = chunk.count("\n", position, end)
+        prefixed = chunk.startswith(prefix, position) + chunk.count("\n" + prefix, position, end - 1)
+        # Another `}` line at column 0 before the end: indent=0 JSON or a glued line.
+        if lines != prefixed or chunk.find("\n" + self._run_brace, position, end - len(close) - 1) >= 0:
+            return 0
+        self._run_lines.append(chunk[position:end])
+        self._close_run()
+        return end
 
     def feed_stderr_line(self, line: str) -> None:
         """One line of the parallel shell's stderr: shell messages, or the remote stderr."""
@@ -182,7 +231,7 @@ class FleetCollector:
             if first == "{" or first == "[" or (not first and path.suffix == ".json"):
                 self.add_document(handle.read(), str(path))
                 return
-            self.feed_lines(handle, str(path))
+            self.feed_text(_chunks(handle), str(path))
 
     # ---- result -------------------------------------------------------------------------
 
@@ -262,6 +311,7 @@ class FleetCollector:
         self._run_close_bare = f"{host}: }}"
         self._run_lines = pending
         self._run_source = source
+        self._run_blocks = True
 
     def _close_run(self) -> None:
         host = self._run_host
@@ -345,6 +395,20 @@ def _strip_prefix(lines: list[str], prefix: str) -> str:
     """
     joined = "".join(lines) if lines[0].endswith("\n") else "\n".join(lines)
     return joined[len(prefix):].replace("\n" + prefix, "\n")
+
+
+_CHUNK_CHARS = 1 << 22
+
+
+def _chunks(handle: TextIO) -> Iterator[str]:
+    """The file in pieces of about 4 Mi characters, each ending at a line end."""
+    while True:
+        chunk = handle.read(_CHUNK_CHARS)
+        if not chunk:
+            return
+        if not chunk.endswith("\n"):
+            chunk += handle.readline()
+        yield chunk
 
 
 def _first_non_blank_char(handle: Iterator[str]) -> str:

@@ -374,10 +374,13 @@ def _measurement(tokens: list[str], has_wrong: bool, line_number: int) -> Measur
     flag = tokens[3] if len(tokens) > 3 else "N/A"
     wrong = error = None
     if flag != "N/A":
-        if has_wrong:
-            wrong = int(float(flag))
-        else:
-            error = float(flag)
+        try:
+            if has_wrong:
+                wrong = int(float(flag))
+            else:
+                error = float(flag)
+        except (ValueError, OverflowError) as failure:   # `inf` does not fit an int
+            raise ParseError("nccl-tests", f"expected a #wrong count or error, got {flag!r}", line_number) from failure
     return Measurement(time_us, algbw, busbw, wrong, error)
 
 
@@ -408,9 +411,17 @@ class _RunBuilder:
             return
         tokens, self.pending = self.pending, []
         line = self.pending_line
+        try:
+            self._add_row(tokens, line)
+        except (ValueError, OverflowError) as error:
+            # Pieces of two rows glued together by paste damage: not a row we can trust.
+            raise ParseError("nccl-tests", f"result row does not parse: {error}", line, " ".join(tokens)) from error
+
+    def _add_row(self, tokens: list[str], line: int) -> None:
         if self.simple:
+            # A row cut short by the end of a paste: _measurement reports it as a ParseError.
             self.rows.append(NcclTestsRow(int(tokens[0].replace("_", "")), None, None, None, None,
-                                          Measurement(*(float(token) for token in tokens[1:4])), None, line))
+                                          _measurement(tokens[1:4], False, line), None, line))
             return
         if len(tokens) < 3 + 4:
             raise ParseError("nccl-tests", f"result row has {len(tokens)} fields, expected at least 7", line, " ".join(tokens))
@@ -497,7 +508,10 @@ def parse_nccl_tests(text: str) -> list[NcclTestsRun]:
             continue
         if match := _AVERAGE.match(stripped):
             current.flush()
-            current.average = float(match[1])
+            try:
+                current.average = float(match[1])
+            except ValueError as error:      # the pattern admits `1.2.3` and `e-`
+                raise ParseError("nccl-tests", f"average bus bandwidth {match[1]!r} is not a number", number, piece) from error
             continue
         if stripped.startswith("#") or not current.columns:
             continue

@@ -92,21 +92,33 @@ def kill_group(process: subprocess.Popen[bytes]) -> None:
 
 
 def run_process(argv: list[str], env: dict[str, str], timeout_s: float,
-                result_path: Path | None = None) -> WorkerRun:
-    """Run `argv` in its own process group; kill the group at `timeout_s`."""
+                result_path: Path | None = None, while_running: Any = None) -> WorkerRun:
+    """Run `argv` in its own process group; kill the group at `timeout_s`.
+
+    `while_running(process)` (optional) is called once the process has started, to do
+    the parent's own work in the meantime; it may write to `process.stdin`.
+    """
     started = time.monotonic()
     with tempfile.TemporaryFile() as output:
         try:
-            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                                       env=env, start_new_session=True)
+            process = subprocess.Popen(argv, stdin=subprocess.PIPE if while_running else subprocess.DEVNULL,
+                                       stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except OSError as error:
             return WorkerRun("missing", None, f"cannot start {argv[0]}: {error}", None, 0.0)
         state = "ok"
         try:
-            process.wait(timeout=max(timeout_s, 0.1))
+            if while_running is not None:
+                try:
+                    while_running(process)
+                finally:
+                    _close_stdin(process)
+            process.wait(timeout=max(timeout_s - (time.monotonic() - started), 0.1))
         except subprocess.TimeoutExpired:
             state = "timeout"
             kill_group(process)
+        except BaseException:
+            kill_group(process)
+            raise
         output.seek(0)
         text = output.read(LOG_CAP_BYTES).decode(errors="replace")
     result = None
@@ -118,6 +130,14 @@ def run_process(argv: list[str], env: dict[str, str], timeout_s: float,
     if state == "ok" and result is None and result_path is not None:
         state = "crashed"
     return WorkerRun(state, result, text, process.returncode, time.monotonic() - started)
+
+
+def _close_stdin(process: subprocess.Popen[bytes]) -> None:
+    if process.stdin is not None:
+        try:
+            process.stdin.close()
+        except OSError:
+            pass
 
 
 def collect_gpu_links(indices: list[int] | None) -> list[GpuLinks]:
@@ -234,9 +254,10 @@ def run_probe(*, gpus: list[int] | None, engine: str = "auto", budget_s: float =
         if known is not None and nvml is not None and nvml.usable and len(known) < 2:
             return _skipped(f"{len(known)} GPU(s) on this node: an all-reduce needs at least 2", "single-gpu"
                             if known else "no-gpus", started, gpu_count=len(known), gpus=[gpu.index for gpu in known])
-    gpu_links = collect_gpu_links(gpus)
     chosen = "nccl-tests" if engine == "nccl-tests" else "nccl"
+    gpu_links: list[GpuLinks] = []
     if chosen == "nccl-tests":
+        gpu_links = collect_gpu_links(gpus)
         result = _run_nccl_tests(gpus, sizes, budget_s, started, env, gpu_links)
     else:
         result = _run_worker(gpus, sizes, budget_s, started, env, gpu_links, localise_below_fraction)
@@ -262,15 +283,29 @@ def _localise_threshold(gpu_links: list[GpuLinks], gpus: list[int] | None, large
 
 def _run_worker(gpus: list[int] | None, sizes: list[int], budget_s: float, started: float,
                 env: dict[str, str] | None, gpu_links: list[GpuLinks], localise_fraction: float) -> dict[str, Any]:
-    threshold = _localise_threshold(gpu_links, gpus, sizes[-1], localise_fraction)
+    """Start the worker, then read NVML while it initialises CUDA (the two overlap) and send
+    it the localisation threshold on its stdin. `gpu_links` is filled in place."""
+
+    def meanwhile(process: subprocess.Popen[bytes]) -> None:
+        gpu_links.extend(collect_gpu_links(gpus))
+        threshold = _localise_threshold(gpu_links, gpus, sizes[-1], localise_fraction)
+        if process.stdin is not None:
+            try:
+                process.stdin.write(json.dumps(threshold).encode() + b"\n")
+                process.stdin.flush()
+            except OSError:
+                pass      # the worker already ended; its result says why
+
     with tempfile.TemporaryDirectory(prefix="netdoctor-probe-") as directory:
         result_path = Path(directory) / "result.json"
         left = budget_s - (time.monotonic() - started)
         config = {"gpus": gpus, "sizes": sizes, "budget_s": max(left - 0.2, 0.1),
-                  "localise_below_gbps": threshold, "localise_reserve_s": 0.5 if threshold is not None else 0.0,
-                  "measure_s": max(0.3, min(1.0, budget_s * 0.25))}
+                  "localise_below_gbps": "stdin", "localise_reserve_s": 0.5,
+                  # Measuring longer than ~0.6 s changes busbw by < 1 % (benchmarks/results/probe.md)
+                  # but adds to every prolog run; small budgets get 10 % of their time.
+                  "measure_s": max(0.3, min(0.6, budget_s * 0.1))}
         argv = [sys.executable, "-B", str(WORKER), json.dumps(config), str(result_path)]
-        run = run_process(argv, worker_environment(env), left, result_path)
+        run = run_process(argv, worker_environment(env), left, result_path, while_running=meanwhile)
     return assemble(run, budget_s)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import select
 import struct
 import sys
 import time
@@ -550,8 +551,23 @@ class Probe:
         self.mark("measured")
 
     # -- localisation --------------------------------------------------------------------
-    def localise(self) -> None:
+    def localise_threshold(self) -> float | None:
+        """The busbw under which to localise: from the config, or (`"stdin"`) sent by the
+        parent while this worker initialised, so its NVML queries overlap our cuInit."""
         threshold = self.config.get("localise_below_gbps")
+        if threshold != "stdin":
+            return None if threshold is None else float(threshold)
+        ready, _, _ = select.select([sys.stdin], [], [], max(self.left() - TEARDOWN_RESERVE_S, 0.0))
+        if not ready:
+            return None
+        try:
+            value = json.loads(sys.stdin.readline() or "null")
+        except ValueError:
+            return None
+        return float(value) if isinstance(value, (int, float)) else None
+
+    def localise(self) -> None:
+        threshold = self.localise_threshold()
         rows = self.result["sizes"]
         if threshold is None or not rows or rows[-1]["busbw_gbps"] >= float(threshold):
             return
