@@ -8,6 +8,7 @@ than the probe's own time.
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -73,12 +74,15 @@ def probe_command(gpus: str | None, engine: str, budget_s: float, output_format:
     host = socket.gethostname()
     # An explicit pack is loaded first so that a bad --rules fails before the GPUs are touched.
     pack = load_rules(rules, None) if rules is not None else None
+    # Loading the check plugins overlaps the probe (which mostly waits on its worker).
+    registry = Registry()
+    loader = threading.Thread(target=registry.load_builtins, name="load-checks", daemon=True)
+    loader.start()
     result = run_probe(gpus=indices, engine=engine, budget_s=budget_s)
+    loader.join()
     inventory = inventory_from_probe(result, host, started_at)
     if pack is None:
         pack = load_rules(None, inventory)
-    registry = Registry()
-    registry.load_builtins()
     findings, outcomes = run_checks(inventory, pack, registry, only=[CHECK_ID], probe=result,
                                     deadline=time.monotonic() + 5.0)
     grade = grade_of(findings, pack.required) if findings else Grade.UNKNOWN
