@@ -93,7 +93,7 @@ def _size_text(size: int) -> str:
 
 
 @check(CHECK_ID, "a short NCCL all-reduce over the local GPUs: bus bandwidth against the expected level",
-       needs=("gpus",))
+       needs=("gpus", "probe"))
 def nccl_probe(ctx: CheckContext) -> Iterator[Finding]:
     probe = ctx.probe
     if probe is None:

@@ -301,6 +301,7 @@ def _run_worker(gpus: list[int] | None, sizes: list[int], budget_s: float, start
         left = budget_s - (time.monotonic() - started)
         config = {"gpus": gpus, "sizes": sizes, "budget_s": max(left - 0.2, 0.1),
                   "localise_below_gbps": "stdin", "localise_reserve_s": 0.5,
+                  "nccl_library": (os.environ if env is None else env).get("NETDOCTOR_NCCL_LIBRARY") or None,
                   # Measuring longer than ~0.6 s changes busbw by < 1 % (benchmarks/results/probe.md)
                   # but adds to every prolog run; small budgets get 10 % of their time.
                   "measure_s": max(0.3, min(0.6, budget_s * 0.1))}

@@ -1,0 +1,43 @@
+"""The capture netdoctor took of a real GPU machine (2x NVIDIA H200, device tool) reads back right.
+
+Captured by tests/data/device/discover-and-capture.sh: `netdoctor capture` on the live node.
+That machine has two H200 joined by 18 NVLinks, no RDMA device and no peermem module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from netdoctor.host.snapshot import open_snapshot
+from netdoctor.inventory.build import build_inventory
+from netdoctor.inventory.model import SourceState
+from netdoctor.report.model import Grade, Status
+from netdoctor.run import CheckOptions, run_check
+
+CAPTURE = Path(__file__).parent / "data" / "device" / "nvidia-h200-x2" / "capture.tar.gz"
+
+
+def test_real_h200_capture_inventory() -> None:
+    with open_snapshot(CAPTURE) as source:
+        inventory = build_inventory(source)
+    assert [gpu.name for gpu in inventory.gpus] == ["NVIDIA H200", "NVIDIA H200"]
+    assert inventory.driver_version == "580.159.04"
+    for gpu in inventory.gpus:
+        assert gpu.nvlink_active == gpu.nvlink_total == 18
+        assert gpu.pcie is not None and gpu.pcie.max_gen == 5 and gpu.pcie.max_width == 16
+        assert gpu.pci_address in inventory.pcie   # sysfs view of the same link
+    assert inventory.topology.link("GPU0", "GPU1") == "NV18"
+    assert inventory.topology.nics == ()
+    assert inventory.hcas == []                              # no RDMA device
+    assert inventory.source("sysfs").state is SourceState.OK  # /sys/class/infiniband exists, empty
+    assert inventory.source("ibstat").state is SourceState.MISSING
+    assert inventory.peer_memory.nvidia_peermem is False and inventory.peer_memory.nv_peer_mem is False
+    assert {gpu.dmabuf_supported for gpu in inventory.gpus} == {True}
+
+
+def test_real_h200_capture_has_no_false_alarm() -> None:
+    report = run_check(CheckOptions(snapshot=CAPTURE, no_probe=True), env={})
+    assert report.grade is Grade.PASS
+    statuses = {(f.check, f.status) for f in report.findings}
+    assert ("pcie-link", Status.PASS) in statuses
+    assert all(f.status in (Status.PASS, Status.SKIP) for f in report.findings)

@@ -1,0 +1,120 @@
+"""Degraded inputs through the CLI: NVML failures, tools that failed, a start-up that stays lean.
+
+Each case is a fixture snapshot with one source broken the way it breaks on real nodes;
+the run must finish, say what it could not judge and why, and judge everything else.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+FIXTURE = Path(__file__).parent / "fixtures" / "nodes" / "dgx-h100"
+CLI = [sys.executable, "-c", "import sys; from netdoctor.cli import main; main()"]
+
+
+def _copy(tmp_path: Path) -> Path:
+    snapshot = tmp_path / "snap"
+    shutil.copytree(FIXTURE, snapshot, symlinks=True)
+    return snapshot
+
+
+def _check(snapshot: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    done = subprocess.run([*CLI, "check", "--no-probe", "--format", "json", "--snapshot", str(snapshot), *extra],
+                          capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in done.stderr, done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def _not_passed(report: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(finding["check"], finding["subject"]): finding for finding in report["findings"]
+            if finding["status"] not in ("pass",) and finding["check"] != "nccl-probe"}
+
+
+def _edit_json(path: Path, **changes: Any) -> None:
+    document = json.loads(path.read_text())
+    document.update(changes)
+    path.write_text(json.dumps(document))
+
+
+def test_nvml_driver_library_mismatch_makes_gpu_pcie_unknown_with_the_reason(tmp_path: Path) -> None:
+    snapshot = _copy(tmp_path)
+    (snapshot / "nvml.json").unlink()
+    _edit_json(snapshot / "snapshot.json", nvml_status="NVML error: Driver/library version mismatch")
+    code, report = _check(snapshot)
+    problems = _not_passed(report)
+    assert sorted(subject for check_id, subject in problems if check_id == "pcie-link") == [f"GPU{i}" for i in range(8)]
+    for finding in problems.values():
+        assert finding["status"] == "unknown"
+        assert "Driver/library version mismatch" in finding["summary"]
+    # The NICs' PCIe links, the ports and the affinity (from nvidia-smi topo) are still judged.
+    statuses = {(finding["check"], finding["status"]) for finding in report["findings"]}
+    assert {("port-state", "pass"), ("link-speed", "pass"), ("gpu-nic-affinity", "pass")} <= statuses
+    assert sum(1 for finding in report["findings"] if finding["check"] == "pcie-link" and finding["status"] == "pass") >= 8
+    assert code == {"pass": 0, "unknown": 3}[report["grade"]]
+
+
+def test_no_nvidia_driver_skips_gpu_checks_and_judges_the_fabric(tmp_path: Path) -> None:
+    snapshot = _copy(tmp_path)
+    (snapshot / "nvml.json").unlink()
+    (snapshot / "commands" / "nvidia-smi-topo-m.status").write_text("missing\n")
+    (snapshot / "commands" / "nvidia-smi-topo-m.out").write_text("")
+    code, report = _check(snapshot)
+    by_check: dict[str, set[str]] = {}
+    for finding in report["findings"]:
+        by_check.setdefault(finding["check"], set()).add(finding["status"])
+    assert by_check["gpudirect"] == {"skip"} and by_check["gpu-nic-affinity"] == {"skip"}
+    assert by_check["port-state"] == {"pass"} and by_check["error-counters"] == {"pass"}
+
+
+def test_lost_gpu_is_recorded_and_the_rest_still_judged(tmp_path: Path) -> None:
+    snapshot = _copy(tmp_path)
+    nvml = json.loads((snapshot / "nvml.json").read_text())
+    lost = nvml["gpus"][3]
+    lost.update({"name": None, "uuid": None, "performance_state": None, "dmabuf_supported": None,
+                 "pcie": {"cur_gen": None, "max_gen": None, "cur_width": None, "max_width": None},
+                 "nvlink": {"active": None, "total": None},
+                 "errors": {"pcie": "GPU is lost", "nvlink": "GPU is lost", "name": "GPU is lost"}})
+    (snapshot / "nvml.json").write_text(json.dumps(nvml))
+    code, report = _check(snapshot)
+    assert {finding["check"] for finding in report["findings"]} >= {"port-state", "pcie-link", "gpu-nic-affinity"}
+    done = subprocess.run([*CLI, "discover", "--format", "json", "--snapshot", str(snapshot)],
+                          capture_output=True, text=True, timeout=60)
+    sources = json.loads(done.stdout)["sources"]
+    assert "GPU3: " in sources["nvml"]["detail"] and "GPU is lost" in sources["nvml"]["detail"]
+
+
+def test_failed_ibstat_with_partial_output_is_used_and_said(tmp_path: Path) -> None:
+    """ibstat exits 255 after an `ibpanic:` line: its records are used, the failure is kept."""
+    snapshot = _copy(tmp_path)
+    out = snapshot / "commands" / "ibstat.out"
+    out.write_text(out.read_text() + "ibpanic: [4011] main: stat of IB device 'mlx5_12' failed: No such file or directory\n")
+    (snapshot / "commands" / "ibstat.status").write_text("255\n")
+    code, report = _check(snapshot)
+    assert code == 0 and report["grade"] == "pass"
+    done = subprocess.run([*CLI, "discover", "--format", "json", "--snapshot", str(snapshot)],
+                          capture_output=True, text=True, timeout=60)
+    ibstat = json.loads(done.stdout)["sources"]["ibstat"]
+    assert ibstat["state"] == "error" and "partial output used" in ibstat["detail"]
+
+
+def test_check_snapshot_imports_only_what_it_needs() -> None:
+    """The fast path (SLURM prologs) loads no NVML, netlink, ClusterShell, psutil, rich or probe engine."""
+    program = (
+        "import sys\n"
+        "from netdoctor.cli import run_cli\n"
+        f"code = run_cli(['check', '--no-probe', '--snapshot', {str(FIXTURE)!r}, '--format', 'json'])\n"
+        "sys.stderr.write('MODULES=' + ','.join(sorted(sys.modules)) + '\\n')\n"
+        "sys.exit(code)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    modules = set(done.stderr.rsplit("MODULES=", 1)[1].strip().split(","))
+    assert "netdoctor.run" in modules and "netdoctor_plugins.port_state" in modules   # it really ran
+    heavy = {"pynvml", "pyroute2", "ClusterShell", "psutil", "rich", "pygments", "netdoctor.probe.engine",
+             "netdoctor.parsers.nccl", "netdoctor.fleet", "netdoctor.host.nvml", "netdoctor.host.live"}
+    assert sorted(heavy & {module.split(".")[0] if module.split(".")[0] in heavy else module for module in modules}) == []
