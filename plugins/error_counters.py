@@ -5,7 +5,7 @@ Reads Port.counters (sysfs `counters/` or `perfquery -x`), Port.hw_counters (mlx
 hardware counters only count up, saturate at their width instead of wrapping, and are
 reset by reboots and by `perfquery -R`; so a saturated counter is `unknown` (growth cannot
 be measured), and a counter that went down was cleared: it is judged by level, and said so.
-See docs/checks/error-counters.md for every threshold and the symbol-error BER derivation.
+See docs/checks.md (`error-counters`) for every threshold and the symbol-error BER derivation.
 """
 
 from __future__ import annotations

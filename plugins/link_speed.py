@@ -5,7 +5,7 @@ The expectation, in order: the rule pack's port class (`expected_rate_gbps`,
 layer on this node run at; and independently iblinkinfo's "Could be" hint, where the
 fabric itself says the link could run faster. A down port's rate is a placeholder
 (ibstat shows `Rate: 40` on a Disabled 400G port), so only ACTIVE ports are judged.
-See docs/checks/link-speed.md.
+See docs/checks.md (`link-speed`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Netdev.mtu / arp_type (sysfs /sys/class/net) and the pack's port classes. A too-
 does not break jobs, it slows them: a 2048-byte IB MTU or a 1500-byte RoCE netdev (which
 caps the RoCE MTU at 1024) costs bandwidth on every message. Ports/netdevs of one class
 whose MTUs differ are flagged too: the rails of one job then behave differently.
-See docs/checks/mtu.md.
+See docs/checks.md (`mtu`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Reads Port.state / phys_state (sysfs `state`, `phys_state`; ibstat), lid / sm_lid (sysfs,
 ibstat), pkeys (sysfs `pkeys/`), and the rule pack's port classes: a down port of a class
-whose role is `unused` is skipped (down by design), never failed. See docs/checks/port-state.md.
+whose role is `unused` is skipped (down by design), never failed. See docs/checks.md (`port-state`).
 """
 
 from __future__ import annotations
