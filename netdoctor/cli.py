@@ -86,6 +86,7 @@ StateOption = Annotated[Path | None, typer.Option("--state", help="Counter histo
 BaselineOption = Annotated[Path | None, typer.Option("--baseline", help="Judge counter growth against this earlier snapshot of the node.")]
 PluginDirOption = Annotated[list[Path] | None, typer.Option("--plugin-dir", help="Load extra check plugins (*.py) from DIR (repeatable).")]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Let crashes raise with a traceback.")]
+FabricScanOption = Annotated[bool, typer.Option("--fabric-scan/--no-fabric-scan", help="Run iblinkinfo, a scan of the whole IB fabric (leave it out in prologs of large clusters).")]
 
 
 def _version_callback(value: bool) -> None:
@@ -131,6 +132,7 @@ def check(
     baseline: BaselineOption = None,
     plugin_dir: PluginDirOption = None,
     debug: DebugOption = False,
+    fabric_scan: FabricScanOption = True,
 ) -> int:
     """Discover, run every applicable check (and the NCCL probe), print the graded report.
 
@@ -141,7 +143,7 @@ def check(
 
     options = CheckOptions(snapshot=snapshot, rules=rules, only=split_ids(only), skip=split_ids(skip),
                            no_probe=no_probe, deadline_s=deadline, state=state, baseline=baseline,
-                           plugin_dirs=tuple(plugin_dir or ()), debug=debug)
+                           plugin_dirs=tuple(plugin_dir or ()), debug=debug, fabric_scan=fabric_scan)
     report = run_check(options)
     color = output is None and output_format is ReportFormat.TEXT and use_color(sys.stdout)
     _emit(render(report, output_format.value, color=color), output)
@@ -154,6 +156,7 @@ def discover(
     output_format: Annotated[ListFormat, typer.Option("--format", case_sensitive=False, help="Output format.")] = ListFormat.TEXT,
     output: OutputOption = None,
     deadline: DeadlineOption = None,
+    fabric_scan: FabricScanOption = True,
 ) -> int:
     """Print the discovered topology (GPUs, HCAs and ports, netdevs, NUMA, PCIe, GPU/NIC matrix)."""
     import json
@@ -164,7 +167,7 @@ def discover(
 
     budget_s = _positive_deadline(deadline, DEFAULT_DEADLINE_S)
     with open_source(snapshot) as source:
-        inventory = discover_node(source, deadline=time.monotonic() + budget_s)
+        inventory = discover_node(source, deadline=time.monotonic() + budget_s, fabric_scan=fabric_scan)
     if output_format is ListFormat.JSON:
         text = json.dumps(inventory_to_json(inventory), indent=2, default=str) + "\n"
     else:
@@ -177,6 +180,7 @@ def discover(
 def capture(
     output: Annotated[Path, typer.Option("-o", "--output", help="Snapshot directory, or a .tar.gz file.")],
     deadline: DeadlineOption = None,
+    fabric_scan: FabricScanOption = True,
 ) -> int:
     """Write a snapshot of this node (directory, or .tar.gz when PATH ends so)."""
     import time
@@ -187,7 +191,7 @@ def capture(
 
     budget_s = _positive_deadline(deadline, DEFAULT_DEADLINE_S)
     source = LiveSource(sys_root=live_sys_root(), record=True)
-    inventory = discover_node(source, deadline=time.monotonic() + budget_s)
+    inventory = discover_node(source, deadline=time.monotonic() + budget_s, fabric_scan=fabric_scan)
     write_snapshot(source.recording, output, host=source.host, captured_at=source.captured_at,
                    boot_id=source.boot_id, version=__version__)
     sys.stdout.write(f"wrote snapshot of {inventory.host} to {output}: {len(inventory.gpus)} GPUs, "

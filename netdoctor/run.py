@@ -60,6 +60,7 @@ class CheckOptions:
     baseline: Path | None = None
     plugin_dirs: tuple[Path, ...] = ()
     debug: bool = False
+    fabric_scan: bool = True
 
 
 @contextlib.contextmanager
@@ -114,13 +115,14 @@ def _call_with_deadline(name: str, function: Callable[[], T], wait_until: float)
     return box["value"]
 
 
-def discover(source: NodeSource, *, deadline: float) -> Inventory:
+def discover(source: NodeSource, *, deadline: float, fabric_scan: bool = True) -> Inventory:
     """build_inventory bounded by `deadline`; raises DiscoveryTimeout when it did not finish."""
     from netdoctor.inventory.build import build_inventory
 
     try:
         # A little grace past the tool deadline: tools are killed at it, parsing follows.
-        return _call_with_deadline("discovery", lambda: build_inventory(source, deadline=deadline), deadline + 0.3)
+        return _call_with_deadline(
+            "discovery", lambda: build_inventory(source, deadline=deadline, fabric_scan=fabric_scan), deadline + 0.3)
     except _Timeout:
         raise DiscoveryTimeout("discovery did not finish before the deadline") from None
 
@@ -152,7 +154,7 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         options.snapshot, tool_timeout_s=min(TOOL_TIMEOUT_S, max(0.5, discovery_s)))
     with opened as node:
         try:
-            inventory = discover(node, deadline=discovery_deadline)
+            inventory = discover(node, deadline=discovery_deadline, fabric_scan=options.fabric_scan)
         except DiscoveryTimeout as error:
             log.warning("discovery timed out", deadline_s=round(discovery_s, 2))
             return _undiscovered_report(node.host, started_at, start, options, registry,

@@ -99,6 +99,14 @@ def _gpu_link(gpu: Gpu, inventory: Inventory) -> tuple[PcieLink | None, dict[str
 
 def _judge_gpu(ctx: CheckContext, gpu: Gpu) -> Finding:
     inventory = ctx.inventory
+    if gpu.lost:
+        return ctx.graded(str(ctx.rule("lost_gpu_severity", "fail")), gpu.label,
+                          f"NVML reports {gpu.label} ({gpu.pci_address or 'PCI address unknown'}) lost: "
+                          "the GPU fell off the PCIe bus",
+                          evidence={"pci_address": gpu.pci_address, "nvml_errors": gpu.nvml_errors},
+                          remedy="look for Xid 79 in `dmesg`/`journalctl -k`; drain the node and power-cycle it "
+                                 "(a GPU reset rarely recovers it); if it recurs, reseat or replace the GPU/riser",
+                          rule="lost_gpu_severity")
     link, notes = _gpu_link(gpu, inventory)
     if link is None:
         reasons = [inventory.source("nvml").reason(), inventory.source("sysfs").reason()]

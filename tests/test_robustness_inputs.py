@@ -63,7 +63,7 @@ def test_no_nvidia_driver_skips_gpu_checks_and_judges_the_fabric(tmp_path: Path)
     (snapshot / "nvml.json").unlink()
     (snapshot / "commands" / "nvidia-smi-topo-m.status").write_text("missing\n")
     (snapshot / "commands" / "nvidia-smi-topo-m.out").write_text("")
-    code, report = _check(snapshot)
+    _, report = _check(snapshot)
     by_check: dict[str, set[str]] = {}
     for finding in report["findings"]:
         by_check.setdefault(finding["check"], set()).add(finding["status"])
@@ -82,6 +82,9 @@ def test_lost_gpu_is_recorded_and_the_rest_still_judged(tmp_path: Path) -> None:
     (snapshot / "nvml.json").write_text(json.dumps(nvml))
     code, report = _check(snapshot)
     assert {finding["check"] for finding in report["findings"]} >= {"port-state", "pcie-link", "gpu-nic-affinity"}
+    lost_findings = [f for f in report["findings"] if f["subject"] == "GPU3" and f["check"] == "pcie-link"]
+    assert [f["status"] for f in lost_findings] == ["fail"] and "lost" in lost_findings[0]["summary"]
+    assert code == 2 and report["grade"] == "fail"
     done = subprocess.run([*CLI, "discover", "--format", "json", "--snapshot", str(snapshot)],
                           capture_output=True, text=True, timeout=60)
     sources = json.loads(done.stdout)["sources"]

@@ -7,6 +7,7 @@ With `record=True` everything read is also written down in `recording`, for
 from __future__ import annotations
 
 import socket
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +52,7 @@ class LiveSource:
 
     def run(self, specs: list[CommandSpec], deadline: float | None = None) -> dict[str, CommandResult]:
         """Run the tools concurrently; a spec's own timeout is capped at `tool_timeout_s`."""
-        capped = [CommandSpec(spec.name, spec.argv, min(spec.timeout_s, self.tool_timeout_s)) for spec in specs]
+        capped = [replace(spec, timeout_s=min(spec.timeout_s, self.tool_timeout_s)) for spec in specs]
         results = run_commands(capped, deadline, path=self.path_env)
         if self.recording is not None:
             for result in results.values():

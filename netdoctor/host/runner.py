@@ -150,7 +150,8 @@ def _run_one(spec: CommandSpec, deadline: float | None, max_output_bytes: int, e
     call.add(group)
     if cancelled.is_set():
         _kill_group(group)            # interrupted between the check above and the start
-    stdout, stderr = _Capped(max_output_bytes), _Capped(max_output_bytes)
+    # A spec may raise its stdout cap (a fabric dump); stderr keeps the default.
+    stdout, stderr = _Capped(spec.max_output_bytes or max_output_bytes), _Capped(max_output_bytes)
     timed_out = False
     try:
         timed_out = _pump(process, stdout, stderr, end)

@@ -26,6 +26,7 @@ class CommandSpec:
     name: str
     argv: tuple[str, ...]
     timeout_s: float = 5.0
+    max_output_bytes: int | None = None   # None: the runner's default cap
 
 
 @dataclass(frozen=True)

@@ -52,9 +52,12 @@ NODE_COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("ibstat", ("ibstat",), timeout_s=5.0),
     CommandSpec("ibv_devinfo-v", ("ibv_devinfo", "-v"), timeout_s=5.0),
     CommandSpec("ibdev2netdev", ("ibdev2netdev",), timeout_s=5.0),
-    # Fabric-wide scan: the only source of "could be" hints for degraded links.
-    CommandSpec("iblinkinfo", ("iblinkinfo",), timeout_s=8.0),
 )
+# Fabric-wide scan: the only source of "could be" hints for degraded links. It sends SMPs
+# to every switch, so thousands of nodes running it at once in a prolog load the SM:
+# `--no-fabric-scan` leaves it out. A 2,000-switch fabric prints ~15 MB; the cap keeps
+# a runaway tool's memory bounded.
+FABRIC_SCAN = CommandSpec("iblinkinfo", ("iblinkinfo",), timeout_s=8.0, max_output_bytes=24 * 1024 * 1024)
 
 
 def perfquery_spec(hca: str, port: int) -> CommandSpec:
@@ -102,8 +105,12 @@ class _Builder:
         if result.state is CommandState.ERROR and not result.stdout.strip():
             self.status(name, SourceState.ERROR, result.describe(), result.duration_s)
             return None
+        text = result.stdout
+        if result.truncated:
+            # Cut at the size cap: parse the complete lines, not the half line at the end.
+            text = text[: text.rfind("\n") + 1]
         try:
-            parsed = parser(result.stdout)
+            parsed = parser(text)
         except ParseError as error:
             # A tool that failed AND printed something unparseable is reported as the failure.
             if result.state is CommandState.ERROR:
@@ -308,6 +315,7 @@ class _Builder:
             gpu.nvlink_total = _as(int, nvlink.get("total"))
             gpu.nvlink_gbps_per_link = _as(float, nvlink.get("gbps_per_link"))
             if isinstance(entry.get("errors"), dict) and entry["errors"]:
+                gpu.nvml_errors = {str(key): str(value) for key, value in entry["errors"].items()}
                 errors.append(f"GPU{gpu.index}: " + ", ".join(f"{key}: {value}" for key, value in sorted(entry["errors"].items())))
             inventory.gpus.append(gpu)
         inventory.gpus.sort(key=lambda gpu: gpu.index)
@@ -502,11 +510,17 @@ class _Builder:
                     netdev.rdma_port = port.name
 
 
-def build_inventory(source: NodeSource, *, deadline: float | None = None) -> Inventory:
-    """Discover the node behind `source` (live or snapshot) within `deadline` (monotonic)."""
+def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric_scan: bool = True) -> Inventory:
+    """Discover the node behind `source` (live or snapshot) within `deadline` (monotonic).
+
+    `fabric_scan=False` leaves out `iblinkinfo` (a sweep of the whole IB fabric).
+    """
     builder = _Builder(source)
+    node_commands = [*NODE_COMMANDS, FABRIC_SCAN] if fabric_scan else list(NODE_COMMANDS)
+    if not fabric_scan:
+        builder.status(FABRIC_SCAN.name, SourceState.NOT_RUN, "fabric scan disabled (--no-fabric-scan)")
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="netdoctor-discover") as pool:
-        node_tools = pool.submit(source.run, list(NODE_COMMANDS), deadline)
+        node_tools = pool.submit(source.run, node_commands, deadline)
         builder.read_sysfs_rdma()
         builder.read_netdevs()
         builder.read_peer_memory()
@@ -534,7 +548,8 @@ def _apply_node_tools(builder: _Builder, results: dict[str, CommandResult]) -> N
     builder.apply_ibv_devinfo(results["ibv_devinfo-v"])
     builder.apply_ibdev2netdev(results["ibdev2netdev"])
     builder.apply_topology(results["nvidia-smi-topo-m"])
-    builder.apply_iblinkinfo(results["iblinkinfo"])
+    if FABRIC_SCAN.name in results:
+        builder.apply_iblinkinfo(results[FABRIC_SCAN.name])
 
 
 def _port_commands(inventory: Inventory) -> list[CommandSpec]:

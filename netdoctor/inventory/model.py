@@ -209,7 +209,13 @@ class Gpu:
     nvlink_total: int | None = None
     nvlink_gbps_per_link: float | None = None
     dmabuf_supported: bool | None = None
+    nvml_errors: dict[str, str] = field(default_factory=dict)   # NVML field -> error ("GPU is lost")
     sources: tuple[str, ...] = ()
+
+    @property
+    def lost(self) -> bool:
+        """NVML answers GPU_IS_LOST: the GPU fell off the PCIe bus (Xid 79)."""
+        return any("gpu is lost" in error.lower() for error in self.nvml_errors.values())
 
     @property
     def label(self) -> str:
