@@ -86,7 +86,7 @@ StateOption = Annotated[Path | None, typer.Option("--state", help="Counter histo
 BaselineOption = Annotated[Path | None, typer.Option("--baseline", help="Judge counter growth against this earlier snapshot of the node.")]
 PluginDirOption = Annotated[list[Path] | None, typer.Option("--plugin-dir", help="Load extra check plugins (*.py) from DIR (repeatable).")]
 DebugOption = Annotated[bool, typer.Option("--debug", help="Let crashes raise with a traceback.")]
-FabricScanOption = Annotated[bool, typer.Option("--fabric-scan/--no-fabric-scan", help="Run iblinkinfo, a scan of the whole IB fabric (leave it out in prologs of large clusters).")]
+FabricScanOption = Annotated[bool | None, typer.Option("--fabric-scan/--no-fabric-scan", help="Run iblinkinfo, a scan of the whole IB fabric (default: no on a live node; a snapshot's recorded scan is used).", show_default=False)]
 
 
 def _version_callback(value: bool) -> None:
@@ -132,7 +132,7 @@ def check(
     baseline: BaselineOption = None,
     plugin_dir: PluginDirOption = None,
     debug: DebugOption = False,
-    fabric_scan: FabricScanOption = True,
+    fabric_scan: FabricScanOption = None,
 ) -> int:
     """Discover, run every applicable check (and the NCCL probe), print the graded report.
 
@@ -156,7 +156,7 @@ def discover(
     output_format: Annotated[ListFormat, typer.Option("--format", case_sensitive=False, help="Output format.")] = ListFormat.TEXT,
     output: OutputOption = None,
     deadline: DeadlineOption = None,
-    fabric_scan: FabricScanOption = True,
+    fabric_scan: FabricScanOption = None,
 ) -> int:
     """Print the discovered topology (GPUs, HCAs and ports, netdevs, NUMA, PCIe, GPU/NIC matrix)."""
     import json
@@ -180,7 +180,7 @@ def discover(
 def capture(
     output: Annotated[Path, typer.Option("-o", "--output", help="Snapshot directory, or a .tar.gz file.")],
     deadline: DeadlineOption = None,
-    fabric_scan: FabricScanOption = True,
+    fabric_scan: FabricScanOption = None,
 ) -> int:
     """Write a snapshot of this node (directory, or .tar.gz when PATH ends so)."""
     import time

@@ -60,7 +60,7 @@ class CheckOptions:
     baseline: Path | None = None
     plugin_dirs: tuple[Path, ...] = ()
     debug: bool = False
-    fabric_scan: bool = True
+    fabric_scan: bool | None = None   # None: live nodes no, snapshots use a recorded scan
 
 
 @contextlib.contextmanager
@@ -115,7 +115,7 @@ def _call_with_deadline(name: str, function: Callable[[], T], wait_until: float)
     return box["value"]
 
 
-def discover(source: NodeSource, *, deadline: float, fabric_scan: bool = True) -> Inventory:
+def discover(source: NodeSource, *, deadline: float, fabric_scan: bool | None = None) -> Inventory:
     """build_inventory bounded by `deadline`; raises DiscoveryTimeout when it did not finish."""
     from netdoctor.inventory.build import build_inventory
 

@@ -121,3 +121,13 @@ def test_check_snapshot_imports_only_what_it_needs() -> None:
     heavy = {"pynvml", "pyroute2", "ClusterShell", "psutil", "rich", "pygments", "netdoctor.probe.engine",
              "netdoctor.parsers.nccl", "netdoctor.fleet", "netdoctor.host.nvml", "netdoctor.host.live"}
     assert sorted(heavy & {module.split(".")[0] if module.split(".")[0] in heavy else module for module in modules}) == []
+
+
+def test_nvml_json_with_unplaceable_gpu_is_refused(tmp_path: Path) -> None:
+    snapshot = _copy(tmp_path)
+    nvml = json.loads((snapshot / "nvml.json").read_text())
+    nvml["gpus"][0]["index"] = "zero"
+    (snapshot / "nvml.json").write_text(json.dumps(nvml))
+    done = subprocess.run([*CLI, "check", "--no-probe", "--snapshot", str(snapshot)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+    assert "gpus[0]" in done.stderr and "Traceback" not in done.stderr

@@ -100,10 +100,11 @@ def test_capture_of_a_live_run_gives_the_same_findings(name: str, tmp_path: Path
 
     fixture = NODES / name
     env = {"NETDOCTOR_STATE": str(tmp_path / "state.json")}
-    live = run_check(CheckOptions(no_probe=True), source=live_source_for(fixture, tmp_path / "bin"), env=env)
+    # The fixtures hold a fabric scan (iblinkinfo); a live run does one only when asked.
+    live = run_check(CheckOptions(no_probe=True, fabric_scan=True), source=live_source_for(fixture, tmp_path / "bin"), env=env)
 
     recording_source = live_source_for(fixture, tmp_path / "bin", record=True)
-    build_inventory(recording_source)
+    build_inventory(recording_source, fabric_scan=True)
     capture = tmp_path / "capture.tar.gz"
     write_snapshot(recording_source.recording, capture, host=recording_source.host,
                    captured_at=recording_source.captured_at, boot_id=recording_source.boot_id, version="test")
@@ -116,3 +117,13 @@ def test_capture_of_a_live_run_gives_the_same_findings(name: str, tmp_path: Path
     assert judged(replayed) == judged(live)
     assert judged(original) == judged(live)
     assert live.grade == replayed.grade == original.grade
+
+
+def test_live_run_without_fabric_scan_gives_the_same_verdicts(tmp_path: Path) -> None:
+    """The default live run leaves iblinkinfo out; the verdicts stay those of the fixture."""
+    from fake_tools import live_source_for
+
+    fixture = NODES / "dgx-h100-port-hdr"
+    live = run_check(CheckOptions(no_probe=True), source=live_source_for(fixture, tmp_path / "bin"),
+                     env={"NETDOCTOR_STATE": str(tmp_path / "state.json")})
+    assert _non_pass(live) == sorted(INDEX["dgx-h100-port-hdr"]["expect"]["findings"])

@@ -9,6 +9,16 @@ memory holds summaries, not reports. Their stderr tells who timed out or failed:
     pdsh@vm: n3: bash exited with exit code 2
     clush: n2: command timeout
     srun: error: n2: task 1: Exited with exit code 2
+
+Saved files (`fleet report FILE|DIR ...`): a file that holds JSON, a `*.json` file, and
+any file found in a directory given (unless it reads as `host: line` output) is one
+node's report file. Its node is the `host` of the report inside; a file without a usable
+report is listed under its file name without the last suffix (`bad.json` -> `bad`):
+`invalid` when it holds something else (garbage, broken JSON), `unreachable` when it is
+empty (the node gave no answer). Other files are parallel-shell output; one of them in
+which no line names a host is listed the same way, as `invalid`. `*.err` files are
+stderr captures: they explain nodes and never name one by themselves (an empty
+`sweep.err` is the normal case).
 """
 
 from __future__ import annotations
@@ -42,6 +52,15 @@ _GLUED_HOST_LINE = re.compile(r"^[^\s:]+: ")
 _SHELL_STARTS = ("pdsh@", "clush:", "srun:", "netdoctor-sweep:")
 _EXIT_CODE = re.compile(r"exit(?:ed)? (?:with )?(?:exit )?code (?P<code>\d+)", re.IGNORECASE)
 _TIMEOUT = re.compile(r"command timeout|timed out", re.IGNORECASE)
+# The first line of parallel-shell output in a file found in a directory: `node017: {`.
+_HOST_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*: ")
+_STDERR_SUFFIX = ".err"
+
+
+def describe_json_error(error: json.JSONDecodeError) -> str:
+    """`Expecting value at line 1 column 1`: some of json's messages already end in
+    "at" (`Invalid control character at`), meant to be followed by the position."""
+    return f"{error.msg.removesuffix(' at')} at line {error.lineno} column {error.colno}"
 
 
 class FleetCollector:
@@ -57,6 +76,12 @@ class FleetCollector:
         self._timed_out: set[str] = set()
         self._exit_codes: dict[str, int] = {}
         self.unattributed_lines = 0
+        # Lines that named a host or came from the parallel shell: tells a file of
+        # pdsh output from one of garbage.
+        self._attributed_lines = 0
+        # Hosts whose summary was made up for a report file without a usable report;
+        # any real report for that host replaces it.
+        self._file_fallbacks: set[str] = set()
         # The host whose JSON object is being reassembled from consecutive lines.
         self._run_host = ""
         self._run_prefix = ""
@@ -180,6 +205,7 @@ class FleetCollector:
             return
         host, separator, text = line.partition(": ")
         if separator and host and " " not in host:
+            self._attributed_lines += 1
             # Remote stderr (netdoctor's logs, `bash: netdoctor: command not found`): keep a
             # little of it to explain a node that printed no report.
             if text.strip() == "command timeout":
@@ -189,7 +215,11 @@ class FleetCollector:
                 messages.append(text[:_MAX_NOISE_CHARS])
 
     def add_document(self, text: str, source: str, host_hint: str | None = None) -> None:
-        """A file holding one JSON report (or several concatenated JSON objects)."""
+        """A file holding one JSON report (or several concatenated JSON objects).
+
+        A file without a usable report still names one node: `host_hint`, else the file
+        name without its last suffix.
+        """
         decoder = json.JSONDecoder()
         position = 0
         found = 0
@@ -199,11 +229,15 @@ class FleetCollector:
                 position += 1
             if position >= length:
                 break
+            if text[position] not in "{[":
+                host = host_hint or Path(source).stem
+                self._store_file_fallback(no_report(host, NodeGrade.INVALID, f"{source}: not a netdoctor report: {_first_line(text, position)!r}", source))
+                return
             try:
                 data, position = decoder.raw_decode(text, position)
             except json.JSONDecodeError as error:
                 host = host_hint or Path(source).stem
-                self._store(no_report(host, NodeGrade.INVALID, f"{source}: not valid JSON ({error.msg} at line {error.lineno})", source))
+                self._store_file_fallback(no_report(host, NodeGrade.INVALID, f"{source}: not valid JSON ({describe_json_error(error)})", source))
                 return
             found += 1
             summary = summarize_report(data, source, None)
@@ -212,26 +246,48 @@ class FleetCollector:
             self._store(summary)
         if not found:
             host = host_hint or Path(source).stem
-            self._store(no_report(host, NodeGrade.UNREACHABLE, f"{source}: empty report file", source))
+            self._store_file_fallback(no_report(host, NodeGrade.UNREACHABLE, f"{source}: empty report file", source))
 
-    def add_path(self, path: Path) -> None:
-        """A saved input: a directory of JSON reports, a JSON report file, or pdsh output."""
+    def add_path(self, path: Path, *, in_directory: bool = False) -> None:
+        """A saved input: a directory of JSON reports, a JSON report file, or pdsh output.
+
+        See the module docstring for which file is one node's report and which node a
+        file without a usable report names.
+        """
         if path.is_dir():
             entries = sorted((entry for entry in os.scandir(path) if entry.is_file() and not entry.name.startswith(".")), key=lambda entry: entry.name)
             for entry in entries:
-                self.add_path(Path(entry.path))
+                self.add_path(Path(entry.path), in_directory=True)
             return
         try:
             handle = path.open("r", encoding="utf-8", errors="replace")
         except OSError as error:
             raise UsageError(f"cannot read fleet input {path}: {error.strerror or error}") from error
+        source = str(path)
+        stderr_capture = path.suffix == _STDERR_SUFFIX
         with handle:
-            first = _first_non_blank_char(handle)
+            first_line = _first_non_blank_line(handle)
             handle.seek(0)
-            if first == "{" or first == "[" or (not first and path.suffix == ".json"):
-                self.add_document(handle.read(), str(path))
+            first = first_line[:1]
+            if not first:
+                if (in_directory or path.suffix == ".json") and not stderr_capture:
+                    self.add_document("", source)
+                else:
+                    log.warning("fleet input is empty", path=source)
                 return
-            self.feed_text(_chunks(handle), str(path))
+            shell_output = (
+                _HOST_LINE.match(first_line) is not None
+                or first_line.startswith(_SHELL_STARTS)
+                or stderr_capture
+            )
+            if first in "{[" or path.suffix == ".json" or (in_directory and not shell_output):
+                self.add_document(handle.read(), source)
+                return
+            attributed, unattributed = self._attributed_lines, self.unattributed_lines
+            self.feed_text(_chunks(handle), source)
+            if self._attributed_lines == attributed and self.unattributed_lines > unattributed and not stderr_capture:
+                # Not one line named a host: not pdsh output, just a file of something else.
+                self._store_file_fallback(no_report(path.stem, NodeGrade.INVALID, f"{source}: not a netdoctor report: {first_line.strip()[:_MAX_NOISE_CHARS]!r}", source))
 
     # ---- result -------------------------------------------------------------------------
 
@@ -242,7 +298,7 @@ class FleetCollector:
             try:
                 data = json.loads(joined)
             except json.JSONDecodeError as error:
-                self._store(no_report(host, NodeGrade.INVALID, f"incomplete or garbled JSON report ({error.msg} at line {error.lineno})"))
+                self._store(no_report(host, NodeGrade.INVALID, f"incomplete or garbled JSON report ({describe_json_error(error)})"))
             else:
                 self._store(summarize_report(data, "", host))
         self._pending.clear()
@@ -263,6 +319,7 @@ class FleetCollector:
     # ---- internals ----------------------------------------------------------------------
 
     def _feed_host_text(self, host: str, text: str, source: str) -> None:
+        self._attributed_lines += 1
         pending = self._pending.get(host)
         if pending is not None:
             self._start_run(host, pending, source)
@@ -336,13 +393,25 @@ class FleetCollector:
         self.feed_line(rest, source)
 
     def _note_shell_error(self, line: str) -> None:
+        self._attributed_lines += 1
         if len(self._shell_errors) < _KEPT_NOISE_LINES:
             self._shell_errors.append(line[:_MAX_NOISE_CHARS])
 
     def _store(self, summary: NodeSummary) -> None:
-        if summary.host in self._summaries:
+        if summary.host in self._file_fallbacks:
+            self._file_fallbacks.discard(summary.host)
+        elif summary.host in self._summaries:
             log.warning("more than one report for a host; keeping the last", host=summary.host, source=summary.source)
         self._summaries[summary.host] = summary
+
+    def _store_file_fallback(self, summary: NodeSummary) -> None:
+        """The node of a report file without a usable report; never replaces a real report."""
+        if summary.host in self._summaries and summary.host not in self._file_fallbacks:
+            log.warning("report file without a usable report for a host that has one; keeping the report",
+                        host=summary.host, source=summary.source, reason=summary.top.summary if summary.top else "")
+            return
+        self._summaries[summary.host] = summary
+        self._file_fallbacks.add(summary.host)
 
     def _note_noise(self, host: str, text: str) -> None:
         self._noise_count[host] = self._noise_count.get(host, 0) + 1
@@ -351,6 +420,7 @@ class FleetCollector:
             kept.append(text[:_MAX_NOISE_CHARS])
 
     def _note_shell_message(self, host: str, message: str) -> None:
+        self._attributed_lines += 1
         if _TIMEOUT.search(message):
             self._timed_out.add(host)
         code = _EXIT_CODE.search(message)
@@ -411,9 +481,16 @@ def _chunks(handle: TextIO) -> Iterator[str]:
         yield chunk
 
 
-def _first_non_blank_char(handle: Iterator[str]) -> str:
+def _first_non_blank_line(handle: Iterator[str]) -> str:
+    """The first line that is not blank, without its leading blanks ("" when none)."""
     for line in handle:
         stripped = line.lstrip()
         if stripped:
-            return stripped[0]
+            return stripped
     return ""
+
+
+def _first_line(text: str, position: int) -> str:
+    """The line of `text` starting at `position`, cut for a summary."""
+    end = text.find("\n", position, position + _MAX_NOISE_CHARS + 1)
+    return text[position:end if end >= 0 else position + _MAX_NOISE_CHARS].rstrip()

@@ -21,6 +21,22 @@ _GROWTH_KEYS = ("growth", "delta", "increase", "deltas", "increments")
 _GROWTH_SUFFIXES = ("_growth", "_delta", "_increase")
 
 _STATUS_SEVERITY = {"fail": 4, "unknown": 3, "warn": 2, "pass": 1, "skip": 0}
+_WARN_SEVERITY = _STATUS_SEVERITY["warn"]
+
+# Checks in the order operators read them (CONTRACT §3); others follow alphabetically.
+# The fleet report lists checks in this order and breaks ties of the top finding by it.
+CHECK_ORDER = (
+    "port-state",
+    "link-speed",
+    "pcie-link",
+    "error-counters",
+    "mtu",
+    "pfc-ecn",
+    "gpudirect",
+    "gpu-nic-affinity",
+    "nccl-probe",
+)
+_CHECK_POSITION = {check: position for position, check in enumerate(CHECK_ORDER)}
 
 
 class NodeGrade(enum.StrEnum):
@@ -136,12 +152,18 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
         return no_report(host, NodeGrade.INVALID, "report has no findings list", source)
 
     check_statuses: dict[str, str] = {}
+    required: set[str] = set()
     for outcome in data.get("checks") or ():
         if isinstance(outcome, dict) and isinstance(outcome.get("check"), str) and outcome.get("status") in _STATUS_SEVERITY:
             check_statuses[sys.intern(outcome["check"])] = sys.intern(outcome["status"])
+            if outcome.get("required") is True:
+                required.add(outcome["check"])
     check_summaries: dict[str, str] = {}
+    # The top finding is the best ranked non-pass, non-shadow one (`_top_rank`); the
+    # first in report order among equals.
     top: dict[str, Any] | None = None
-    top_severity = _STATUS_SEVERITY["pass"]
+    top_rank: tuple[int, int, int, str] | None = None
+    grade_status = str(grade)
     error_growth = 0.0
     saw_counters = False
     for finding in findings:
@@ -165,10 +187,12 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
         if known is None or severity > _STATUS_SEVERITY[known]:
             # Interned: ten thousand nodes share one copy of each check id and status.
             check_statuses[sys.intern(check)] = sys.intern(status)
-        if severity >= _STATUS_SEVERITY["warn"] and check not in check_summaries:
-            check_summaries[check] = str(finding.get("summary") or "")
-        if severity > top_severity:
-            top, top_severity = finding, severity
+        if severity >= _WARN_SEVERITY:
+            if check not in check_summaries:
+                check_summaries[check] = str(finding.get("summary") or "")
+            rank = _top_rank(check, status, severity, grade_status, required)
+            if top_rank is None or rank < top_rank:
+                top, top_rank = finding, rank
 
     top_finding: TopFinding | None = None
     if top is not None and grade is not NodeGrade.PASS:
@@ -194,6 +218,19 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
         metrics=metrics,
         source=source,
     )
+
+
+def _top_rank(check: str, status: str, severity: int, grade: str, required: set[str]) -> tuple[int, int, int, str]:
+    """Sort key of a candidate top finding (non-pass, non-shadow), best first.
+
+    First the findings that explain the grade: status equal to it, and for `unknown` a
+    check the pack requires (any unknown when the report lists no required checks: a
+    non-required unknown does not set the grade). Then, should a report's findings not
+    explain its grade, the worst status. Ties: the contract's check order, then others
+    alphabetically; the caller keeps the first in report order among equals.
+    """
+    explains_grade = status == grade and (status != "unknown" or not required or check in required)
+    return (0 if explains_grade else 1, -severity, _CHECK_POSITION.get(check, len(CHECK_ORDER)), check)
 
 
 def _growth_in(evidence: Mapping[str, Any]) -> float | None:

@@ -8,23 +8,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from netdoctor.fleet.model import GRADE_ORDER, NodeGrade, NodeSummary, host_sort_key
+from netdoctor.fleet.model import CHECK_ORDER, GRADE_ORDER, NodeGrade, NodeSummary, host_sort_key
 from netdoctor.fleet.outliers import DEFAULT_THRESHOLD, Outlier, find_outliers
 
 FLEET_SCHEMA = "netdoctor.fleet/1"
-
-# Checks in the order operators read them (CONTRACT §3); others follow alphabetically.
-CHECK_ORDER = (
-    "port-state",
-    "link-speed",
-    "pcie-link",
-    "error-counters",
-    "mtu",
-    "pfc-ecn",
-    "gpudirect",
-    "gpu-nic-affinity",
-    "nccl-probe",
-)
 
 
 @dataclass(frozen=True)

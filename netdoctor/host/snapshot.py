@@ -146,6 +146,11 @@ class SnapshotSource:
             raise SnapshotError(f"snapshot {self.origin}: nvml.json must hold a JSON object")
         if nvml is not None and not isinstance(nvml.get("gpus", []), list):
             raise SnapshotError(f"snapshot {self.origin}: nvml.json 'gpus' must be a list")
+        for position, gpu in enumerate(nvml.get("gpus", []) if nvml is not None else []):
+            # A GPU entry the inventory cannot place is a broken snapshot, not "no GPU".
+            if not isinstance(gpu, dict) or type(gpu.get("index")) is not int:
+                raise SnapshotError(f"snapshot {self.origin}: nvml.json gpus[{position}] must be an object "
+                                    "with an integer 'index'")
         self._nvml: dict[str, Any] | None = nvml
         self._nvml_status = (
             "ok" if nvml is not None

@@ -22,7 +22,13 @@ import structlog
 
 from netdoctor.errors import NetdoctorError, ParseError
 from netdoctor.host.types import CommandResult, CommandSpec, CommandState, NodeSource, SysTree
-from netdoctor.inventory.hardware import ca_type_from_part_id, hca_model
+from netdoctor.inventory.hardware import (
+    NVIDIA_GPU_MODELS,
+    NVIDIA_VENDOR,
+    ca_type_from_part_id,
+    hca_model,
+    is_nvidia_gpu_function,
+)
 from netdoctor.inventory.model import (
     Conflict,
     Gpu,
@@ -160,6 +166,7 @@ class _Builder:
             hca.sys_image_guid = _sysfs_guid(self.sys.read(f"{base}/sys_image_guid"))
             hca.hardware_version = _clean(self.sys.read(f"{base}/hw_rev"))
             hca.pci_address = _pci(self.sys.link_name(f"{base}/device") or _uevent_slot(self.sys.read(f"{base}/device/uevent")))
+            hca.physical_function = _pci(self.sys.link_name(f"{base}/device/physfn"))
             hca.numa_node = _value(sysfs_values.parse_int, self.sys.read(f"{base}/device/numa_node"), problems, f"{base}/device/numa_node")
             if hca.numa_node is not None and hca.numa_node < 0:
                 hca.numa_node = None
@@ -223,6 +230,40 @@ class _Builder:
             current_speed_gts=current_speed,
             max_speed_gts=max_speed,
         )
+
+    def read_pci_gpus(self) -> None:
+        """NVIDIA GPU functions on the PCI bus: what the driver should see, even when it is broken."""
+        if not self.sys.is_dir("bus/pci/devices"):
+            return
+        found: dict[str, str] = {}
+        for address in sorted(self.sys.listdir("bus/pci/devices")):
+            base = f"bus/pci/devices/{address}"
+            vendor = self.sys.read(f"{base}/vendor")
+            # Read `class` only for NVIDIA functions: a node has hundreds of PCI functions.
+            if vendor is not None and vendor.strip().lower() == NVIDIA_VENDOR and \
+                    is_nvidia_gpu_function(vendor, self.sys.read(f"{base}/class")):
+                found[_pci(address) or address] = (_clean(self.sys.read(f"{base}/device")) or "").lower()
+        self.inventory.pci_gpus = found
+
+    def gpus_from_pci_bus(self) -> None:
+        """NVML gave no GPU, yet GPUs are on the bus: name them from sysfs, index in PCI order.
+
+        nvidia-smi numbers GPUs in PCI bus order, so GPUs known only from its topology
+        matrix are matched to the bus by position when the counts agree.
+        """
+        inventory = self.inventory
+        if not inventory.pci_gpus or any("nvml" in gpu.sources for gpu in inventory.gpus):
+            return
+        on_bus = sorted(inventory.pci_gpus.items())
+        if inventory.gpus and len(inventory.gpus) != len(on_bus):
+            return
+        if not inventory.gpus:
+            inventory.gpus = [Gpu(index=index) for index in range(len(on_bus))]
+        for gpu, (address, device_id) in zip(inventory.gpus, on_bus, strict=True):
+            gpu.name = gpu.name or NVIDIA_GPU_MODELS.get(device_id)
+            gpu.pci_address = gpu.pci_address or address
+            gpu.sources += ("sysfs",)
+        # numa_node and the sysfs PCIe link are filled by join(), as for NVML GPUs.
 
     def read_peer_memory(self) -> None:
         if not self.sys.is_dir("module"):
@@ -510,20 +551,24 @@ class _Builder:
                     netdev.rdma_port = port.name
 
 
-def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric_scan: bool = True) -> Inventory:
+def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric_scan: bool | None = None) -> Inventory:
     """Discover the node behind `source` (live or snapshot) within `deadline` (monotonic).
 
-    `fabric_scan=False` leaves out `iblinkinfo` (a sweep of the whole IB fabric).
+    `fabric_scan` runs `iblinkinfo`, a sweep of the whole IB fabric. None (the default):
+    not on a live node, but a snapshot's recorded scan is used when it has one.
     """
     builder = _Builder(source)
+    if fabric_scan is None:
+        fabric_scan = source.is_snapshot
     node_commands = [*NODE_COMMANDS, FABRIC_SCAN] if fabric_scan else list(NODE_COMMANDS)
     if not fabric_scan:
-        builder.status(FABRIC_SCAN.name, SourceState.NOT_RUN, "fabric scan disabled (--no-fabric-scan)")
+        builder.status(FABRIC_SCAN.name, SourceState.NOT_RUN, "fabric scan not asked for (--fabric-scan)")
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="netdoctor-discover") as pool:
         node_tools = pool.submit(source.run, node_commands, deadline)
         builder.read_sysfs_rdma()
         builder.read_netdevs()
         builder.read_peer_memory()
+        builder.read_pci_gpus()
         port_tools = pool.submit(source.run, _port_commands(builder.inventory), deadline)
         builder.read_nvml()
         results = dict(node_tools.result())
@@ -537,6 +582,7 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
         _apply_node_tools(builder, results)
     builder.apply_perfquery(port_results[name] for name in sorted(port_results) if name.startswith("perfquery-x-"))
     builder.apply_mlnx_qos(port_results[name] for name in sorted(port_results) if name.startswith("mlnx_qos-"))
+    builder.gpus_from_pci_bus()
     builder.join()
     return builder.inventory
 

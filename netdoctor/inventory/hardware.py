@@ -37,3 +37,26 @@ def hca_model(ca_type: str | None) -> str | None:
 
 def ca_type_from_part_id(vendor_part_id: int | None) -> str | None:
     return f"MT{vendor_part_id}" if vendor_part_id else None
+
+
+NVIDIA_VENDOR = "0x10de"
+
+# NVIDIA data-center GPUs by PCI device id, named as NVML names them, so that a node whose
+# driver is broken (NVML down) still gets its rule pack and its GPUs counted.
+NVIDIA_GPU_MODELS: dict[str, str] = {
+    "0x20b0": "NVIDIA A100-SXM4-40GB",
+    "0x20b2": "NVIDIA A100-SXM4-80GB",
+    "0x20b5": "NVIDIA A100 80GB PCIe",
+    "0x20f1": "NVIDIA A100-PCIE-40GB",
+    "0x2330": "NVIDIA H100 80GB HBM3",
+    "0x2331": "NVIDIA H100 PCIe",
+    "0x2335": "NVIDIA H200",
+    "0x26b5": "NVIDIA L40",
+    "0x26b9": "NVIDIA L40S",
+    "0x27b8": "NVIDIA L4",
+}
+
+
+def is_nvidia_gpu_function(vendor: str | None, pci_class: str | None) -> bool:
+    """An NVIDIA VGA (0x0300) or 3D controller (0x0302) function; NVSwitches are bridges (0x0680)."""
+    return (vendor or "").strip().lower() == NVIDIA_VENDOR and (pci_class or "").strip().lower()[:6] in ("0x0300", "0x0302")

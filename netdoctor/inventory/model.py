@@ -161,8 +161,15 @@ class Hca:
     vendor_part_id: int | None = None
     pci_address: str | None = None
     numa_node: int | None = None
+    # SR-IOV: the physical function's PCI address when this device is a virtual function
+    # (a VF's link is the PF's; it is judged through the PF).
+    physical_function: str | None = None
     ports: dict[int, Port] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
+
+    @property
+    def is_virtual_function(self) -> bool:
+        return self.physical_function is not None
 
 
 @dataclass(frozen=True)
@@ -277,6 +284,9 @@ class Inventory:
     hcas: list[Hca] = field(default_factory=list)
     netdevs: list[Netdev] = field(default_factory=list)
     pcie: dict[str, PcieLink] = field(default_factory=dict)   # sysfs links of GPUs and NICs
+    # NVIDIA GPU functions on the PCI bus (address -> PCI device id), whatever the driver
+    # says; None when the PCI bus was not read (e.g. a snapshot without it).
+    pci_gpus: dict[str, str] | None = None
     topology: Topology | None = None
     peer_memory: PeerMemory = field(default_factory=PeerMemory)
     sources: dict[str, SourceStatus] = field(default_factory=dict)

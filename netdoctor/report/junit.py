@@ -6,13 +6,54 @@ a passing testcase with the warning in <system-out> (the node works, degraded: a
 gate on "no failures" must let it through, as the exit code 1 distinguishes it);
 shadow findings likewise pass with their status in <system-out>. classname is
 `netdoctor.<check>`, name is the subject.
+
+Test names are unique within a classname (CI dashboards key test history on
+classname + name and merge or drop repeats): when a check judges one subject several
+times, each of those names gets the finding's rule, `node [sm_mismatch]`, or, without
+a rule (or with a rule shared in the group), its ordinal among them, `node #2`.
 """
 
 from __future__ import annotations
 
 import json
 
-from netdoctor.report.model import Report, Status
+from netdoctor.report.model import Finding, Report, Status
+
+
+def testcase_names(findings: list[Finding]) -> list[str]:
+    """One testcase name per finding, unique within its check (see the module docstring)."""
+    group_sizes: dict[tuple[str, str], int] = {}
+    for finding in findings:
+        key = (finding.check, finding.subject)
+        group_sizes[key] = group_sizes.get(key, 0) + 1
+    # First choice: the subject, or `subject [rule]` when the subject repeats.
+    wanted: list[str] = []
+    for finding in findings:
+        repeated = group_sizes[(finding.check, finding.subject)] > 1
+        wanted.append(f"{finding.subject} [{finding.rule}]" if repeated and finding.rule else finding.subject)
+    wanted_counts: dict[tuple[str, str], int] = {}
+    for finding, name in zip(findings, wanted):
+        wanted_counts[(finding.check, name)] = wanted_counts.get((finding.check, name), 0) + 1
+    # Names still shared get an ordinal; a suffix that happens to equal another
+    # subject's name (a plugin's odd subject) moves on to the next free ordinal.
+    taken = {(finding.check, name) for finding, name in zip(findings, wanted)}
+    ordinals: dict[tuple[str, str], int] = {}
+    names: list[str] = []
+    for finding, name in zip(findings, wanted):
+        key = (finding.check, name)
+        if wanted_counts[key] == 1:
+            names.append(name)
+            continue
+        ordinal = ordinals.get(key, 0)
+        while True:
+            ordinal += 1
+            candidate = f"{name} #{ordinal}"
+            if (finding.check, candidate) not in taken:
+                break
+        ordinals[key] = ordinal
+        taken.add((finding.check, candidate))
+        names.append(candidate)
+    return names
 
 
 def render_junit(report: Report) -> str:
@@ -32,12 +73,12 @@ def render_junit(report: Report) -> str:
         ElementTree.SubElement(properties, "property", name=name, value=value)
 
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for finding in report.findings:
+    for finding, name in zip(report.findings, testcase_names(report.findings)):
         counts["tests"] += 1
         # A check's time is spread over its findings so the suite total stays right.
         time_s = durations.get(finding.check, 0.0) / max(per_check[finding.check], 1)
         case = ElementTree.SubElement(suite, "testcase", classname=f"netdoctor.{finding.check}",
-                                      name=finding.subject, time=f"{time_s:.4f}")
+                                      name=name, time=f"{time_s:.4f}")
         detail = _detail(finding.evidence, finding.remedy)
         if finding.shadow:
             ElementTree.SubElement(case, "system-out").text = f"{finding.status} (shadow, not graded): {finding.summary}\n{detail}"

@@ -5,7 +5,8 @@ as the textfile collector requires). Metrics (host comes from the scrape's `inst
 
     netdoctor_grade                           0 pass, 1 warn, 2 fail, 3 unknown (= exit code)
     netdoctor_check_status{check}             worst status of the check
-    netdoctor_finding_status{check,subject}   one sample per finding (label `shadow="true"` when not graded)
+    netdoctor_finding_status{check,subject,shadow}
+                                              worst status of the check's findings on one subject
     netdoctor_run_duration_seconds            wall time of the run
     netdoctor_last_run_timestamp_seconds      Unix time the run started
     netdoctor_info{version,rules}             always 1
@@ -14,13 +15,19 @@ as the textfile collector requires). Metrics (host comes from the scrape's `inst
 Status values: 0 pass, 1 warn, 2 fail, 3 unknown, -1 skip (not applicable). Skips are
 kept, as -1, so that "the check exists and has nothing to judge" differs from "metric
 gone" (an absent series is what alerting on staleness looks for). Alert on `> 0`.
+
+Every series is unique, as the textfile collector rejects a file with a repeated one.
+A check may judge one subject several times (port-state says twice about `node`: the
+SM LID agreement and the P_Key set), so findings are folded to one sample per
+(check, subject, shadow) holding the worst status (fail > unknown > warn > pass > skip);
+shadow findings fold separately under `shadow="true"`, since they are not graded.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from netdoctor.report.model import Report, Status
+from netdoctor.report.model import STATUS_SEVERITY, Report, Status
 
 STATUS_VALUE = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.UNKNOWN: 3, Status.SKIP: -1}
 
@@ -47,6 +54,27 @@ def _timestamp(started_at: str) -> float | None:
         return None
 
 
+def worst_finding_statuses(report: Report) -> dict[tuple[str, str, bool], Status]:
+    """(check, subject, shadow) -> the worst status among those findings, in report order."""
+    worst: dict[tuple[str, str, bool], Status] = {}
+    for finding in report.findings:
+        key = (finding.check, finding.subject, finding.shadow)
+        known = worst.get(key)
+        if known is None or STATUS_SEVERITY[finding.status] > STATUS_SEVERITY[known]:
+            worst[key] = finding.status
+    return worst
+
+
+def worst_check_statuses(report: Report) -> dict[str, Status]:
+    """check -> its worst outcome status (outcomes are one per check; folded all the same)."""
+    worst: dict[str, Status] = {}
+    for outcome in report.checks:
+        known = worst.get(outcome.check)
+        if known is None or STATUS_SEVERITY[outcome.status] > STATUS_SEVERITY[known]:
+            worst[outcome.check] = outcome.status
+    return worst
+
+
 def render_prometheus(report: Report) -> str:
     from netdoctor.report.render import probe_busbw
 
@@ -60,11 +88,12 @@ def render_prometheus(report: Report) -> str:
     metric("netdoctor_grade", "Node grade: 0 pass, 1 warn, 2 fail, 3 unknown (the exit code).",
            [("", report.grade.exit_code)])
     metric("netdoctor_check_status", "Worst status of each check: 0 pass, 1 warn, 2 fail, 3 unknown, -1 skip.",
-           [(_labels(check=outcome.check), STATUS_VALUE[outcome.status]) for outcome in report.checks])
+           [(_labels(check=check), STATUS_VALUE[status]) for check, status in worst_check_statuses(report).items()])
     metric("netdoctor_finding_status",
-           "Status of one finding: 0 pass, 1 warn, 2 fail, 3 unknown, -1 skip; shadow findings are not graded.",
-           [(_labels(check=finding.check, subject=finding.subject, shadow=str(finding.shadow).lower()),
-             STATUS_VALUE[finding.status]) for finding in report.findings])
+           "Worst status of a check's findings on one subject: 0 pass, 1 warn, 2 fail, 3 unknown, -1 skip; "
+           "shadow findings are not graded.",
+           [(_labels(check=check, subject=subject, shadow=str(shadow).lower()), STATUS_VALUE[status])
+            for (check, subject, shadow), status in worst_finding_statuses(report).items()])
     metric("netdoctor_run_duration_seconds", "Wall-clock duration of the netdoctor run.",
            [("", round(report.duration_s, 3))])
     started = _timestamp(report.started_at)
