@@ -295,6 +295,7 @@ class _Builder:
             )
             netdev.ecn_np = self.read_ecn(netdev.name, "roce_np")
             netdev.ecn_rp = self.read_ecn(netdev.name, "roce_rp")
+            netdev.bond_slaves = tuple((self.sys.read(f"class/net/{netdev.name}/bonding/slaves") or "").split())
             self.inventory.netdevs.append(netdev)
         self.status("netdevs", SourceState.OK, "", time.monotonic() - started)
 
@@ -494,6 +495,38 @@ class _Builder:
                 continue
             netdev.qos = QosConfig(trust=qos.trust, pfc_enabled=tuple(qos.pfc_enabled), dcbx_mode=qos.dcbx_mode)
             netdev.sources += ("mlnx_qos",)
+        self.qos_of_bonds()
+
+    def qos_of_bonds(self) -> None:
+        """A RoCE LAG bond has no QoS or ECN of its own (mlnx_qos and ecn/ live on the slaves).
+
+        The bond gets what holds on every slave: PFC (and ECN) counts as enabled on a
+        priority only when all slaves have it, a trust mode only when all agree; slaves
+        that differ are also recorded as a conflict. One bad slave so fails the bond.
+        """
+        for bond in self.inventory.netdevs:
+            slaves = [netdev for name in bond.bond_slaves if (netdev := self.inventory.netdev(name)) is not None]
+            if not slaves:
+                continue
+            settings = {slave.name: slave.qos for slave in slaves if slave.qos is not None}
+            if len(settings) == len(slaves):
+                qos = list(settings.values())
+                trusts = {entry.trust for entry in qos}
+                dcbx = {entry.dcbx_mode for entry in qos}
+                bond.qos = QosConfig(
+                    trust=trusts.pop() if len(trusts) == 1 else None,
+                    pfc_enabled=tuple(sorted(set.intersection(*(set(entry.pfc_enabled) for entry in qos)))),
+                    dcbx_mode=dcbx.pop() if len(dcbx) == 1 else None,
+                )
+                if len(set(qos)) > 1:
+                    self.inventory.conflicts.append(Conflict(bond.name, "qos", {name: str(entry) for name, entry in settings.items()},
+                                                             chosen="what holds on every slave"))
+            for point in ("ecn_np", "ecn_rp"):
+                per_slave = [getattr(slave, point) for slave in slaves]
+                if all(per_slave) and not getattr(bond, point):
+                    priorities = set().union(*per_slave)
+                    setattr(bond, point, {prio: all(ecn.get(prio, False) for ecn in per_slave) for prio in priorities})
+            bond.sources += ("bond slaves",)
 
     def apply_topology(self, result: CommandResult) -> None:
         from netdoctor.parsers.nvidia_smi_topo import parse_nvidia_smi_topo
@@ -604,6 +637,10 @@ def _port_commands(inventory: Inventory) -> list[CommandSpec]:
         if port.link_layer is LinkLayer.INFINIBAND:
             specs.append(perfquery_spec(port.hca, port.number))
     roce_netdevs = {port.netdev for port in inventory.ports if port.link_layer is LinkLayer.ETHERNET and port.netdev}
+    # mlnx_qos speaks to the slaves of a RoCE LAG bond, not to the bond.
+    for bond in [netdev for netdev in inventory.netdevs if netdev.name in roce_netdevs and netdev.bond_slaves]:
+        roce_netdevs.discard(bond.name)
+        roce_netdevs.update(bond.bond_slaves)
     # RoCE netdevs named by sysfs GID tables; fall back to netdevs of RoCE PCI functions.
     roce_functions = {hca.pci_address for hca in inventory.hcas if any(p.link_layer is LinkLayer.ETHERNET for p in hca.ports.values())}
     for netdev in inventory.netdevs:

@@ -195,6 +195,8 @@ class Netdev:
     # ECN for RoCE per priority, from /sys/class/net/<if>/ecn/roce_{np,rp}/enable/<prio>
     ecn_np: dict[int, bool] = field(default_factory=dict)
     ecn_rp: dict[int, bool] = field(default_factory=dict)
+    # A bond (RoCE LAG, mlx5_bond_N): its slaves carry the PFC/ECN settings.
+    bond_slaves: tuple[str, ...] = ()
     sources: tuple[str, ...] = ()
 
     @property
