@@ -3,15 +3,20 @@
 Writes three inputs (pdsh output with one JSON line per node, pdsh output with
 pretty-printed JSON, a directory of one pretty JSON file per node), runs the real CLI
 (`python -m netdoctor.fleet report ... --format json`) on each in a child process, and
-records wall time and the child's peak RSS. Usage:
+records wall time (median of --repeat runs, 5 by default) and the child's peak RSS. Usage:
 
-    python benchmarks/fleet_report_bench.py [--nodes 10000] [--work DIR]
+    python benchmarks/fleet_report_bench.py [--nodes 10000] [--repeat 5] [--work DIR]
+
+With --work DIR the inputs are kept there and reused when already written for as many nodes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
+import statistics
 import random
 import resource
 import subprocess
@@ -69,6 +74,11 @@ def write_inputs(work: Path, nodes: int) -> dict[str, Path]:
     compact_path = work / "sweep-compact.out"
     pretty_path = work / "sweep-pretty.out"
     directory = work / "reports"
+    inputs = {"pdsh, one JSON line per node": compact_path, "pdsh, pretty-printed JSON": pretty_path,
+              "directory of JSON files": directory}
+    marker = work / f".written-{nodes}"
+    if marker.exists():
+        return inputs
     directory.mkdir(exist_ok=True)
     with compact_path.open("w") as compact, pretty_path.open("w") as pretty:
         for index in range(1, nodes + 1):
@@ -78,32 +88,46 @@ def write_inputs(work: Path, nodes: int) -> dict[str, Path]:
             text = json.dumps(report, indent=2)
             pretty.write("".join(f"{host}: {line}\n" for line in text.splitlines()))
             (directory / f"{host}.json").write_text(text)
-    return {"pdsh, one JSON line per node": compact_path, "pdsh, pretty-printed JSON": pretty_path,
-            "directory of JSON files": directory}
+    marker.write_text("")
+    return inputs
+
+
+# The child's own peak RSS. Not ru_maxrss: Linux carries it over fork and exec, so a
+# child would report the benchmark's own (growing) peak whenever that is larger.
+_PEAK_RSS = (
+    "def peak_rss_kib():\n"
+    "    for line in open('/proc/self/status'):\n"
+    "        if line.startswith('VmHWM:'):\n"
+    "            return int(line.split()[1])\n"
+    "    import resource\n"
+    "    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+)
 
 
 def run_once(path: Path, repo: Path) -> tuple[float, float, dict[str, Any]]:
-    """Wall seconds, child peak RSS in MiB, and the fleet report, for one CLI run."""
+    """Wall seconds, child peak RSS in MiB, and the fleet report's counts and outliers, for one CLI run."""
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c",
-         "import resource,sys\nfrom netdoctor.fleet.cli import main\ncode=main(sys.argv[1:])\n"
-         "sys.stderr.write('MAXRSS %d\\n' % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\nsys.exit(code)",
+         _PEAK_RSS + "import sys\nfrom netdoctor.fleet.cli import main\ncode=main(sys.argv[1:])\n"
+         "sys.stderr.write('PEAK_RSS_KIB %d\\n' % peak_rss_kib())\nsys.exit(code)",
          "report", str(path), "--format", "json"],
         capture_output=True, text=True, cwd=repo, timeout=600,
     )
     wall = time.perf_counter() - started
     if done.returncode not in (0, 1, 2):
         raise SystemExit(f"fleet report failed ({done.returncode}): {done.stderr}")
-    rss_kib = int(done.stderr.rsplit("MAXRSS ", 1)[1].split()[0])
-    return wall, rss_kib / 1024, json.loads(done.stdout)
+    rss_kib = int(done.stderr.rsplit("PEAK_RSS_KIB ", 1)[1].split()[0])
+    report = json.loads(done.stdout)
+    return wall, rss_kib / 1024, {"counts": report["counts"], "outliers": len(report["outliers"]),
+                                  "nodes": len(report["nodes"])}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--work", type=Path, default=None)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     arguments = parser.parse_args()
     repo = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as scratch:
@@ -111,18 +135,23 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         inputs = write_inputs(work, arguments.nodes)
         baseline = subprocess.run(
-            [sys.executable, "-c", "import resource,netdoctor.fleet.cli;print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
+            [sys.executable, "-c", _PEAK_RSS + "import netdoctor.fleet.cli\nprint(peak_rss_kib())"],
             capture_output=True, text=True, cwd=repo, check=True)
+        print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
+              f"load average {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
         print(f"python + netdoctor.fleet import alone: peak RSS {int(baseline.stdout) / 1024:.1f} MiB")
         for label, path in inputs.items():
             size = sum(p.stat().st_size for p in path.iterdir()) if path.is_dir() else path.stat().st_size
             runs = [run_once(path, repo) for _ in range(arguments.repeat)]
-            best = min(run[0] for run in runs)
+            median = statistics.median(run[0] for run in runs)
             rss = max(run[1] for run in runs)
             report = runs[0][2]
-            print(f"{label}: {arguments.nodes} nodes, {size / 2**20:.0f} MiB input: best wall {best:.2f} s "
-                  f"(runs {', '.join(f'{run[0]:.2f}' for run in runs)}), peak RSS {rss:.1f} MiB, "
-                  f"counts {report['counts']}, outliers {len(report['outliers'])}")
+            print(f"{label}: {arguments.nodes} nodes, {size / 2**20:.0f} MiB input: median wall {median:.2f} s "
+                  f"(runs {', '.join(f'{run[0]:.2f}' for run in runs)}), peak RSS {rss:.1f} MiB "
+                  f"(runs {', '.join(f'{run[1]:.0f}' for run in runs)}), "
+                  f"counts {report['counts']}, outliers {report['outliers']}")
+            if report["nodes"] != arguments.nodes:
+                raise SystemExit(f"{label}: {report['nodes']} nodes in the fleet report, expected {arguments.nodes}")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ unconnected `Down/ Polling` ports, some links degraded to 2X or HDR with
 `( Could be 4X Could be 106.25 Gbps)` hints, and one `CA:` block per host port.
 The parse is checked (link count, degraded links found) before it is timed.
 
-    python benchmarks/iblinkinfo_bench.py [--switches 2000] [--runs 7] [--markdown FILE]
+    python benchmarks/iblinkinfo_bench.py [--switches 2000] [--runs 7] [--markdown FILE] [--before SECONDS]
+
+--before takes the median of an earlier version and adds a before/after line to the table.
 """
 
 from __future__ import annotations
@@ -77,6 +79,8 @@ def main() -> int:
     parser.add_argument("--switches", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--markdown", type=Path, help="write the result table here")
+    parser.add_argument("--before", type=float, metavar="SECONDS",
+                        help="median of an earlier version, for a before/after line in the markdown")
     args = parser.parse_args()
 
     text, expected_links, expected_degraded = generate(args.switches)
@@ -97,6 +101,8 @@ def main() -> int:
                f"min {min(timings):.3f} s, max {max(timings):.3f} s over {args.runs} runs")
     print(summary)
     if args.markdown:
+        before_after = (f"- before/after: median {args.before:.3f} s -> {median:.3f} s "
+                        f"({(1 - median / args.before) * 100:.0f}% less)\n" if args.before else "")
         args.markdown.write_text(
             "# iblinkinfo parsing benchmark\n\n"
             f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}\n"
@@ -105,7 +111,8 @@ def main() -> int:
             f"- command: `python benchmarks/iblinkinfo_bench.py --switches {args.switches} --runs {args.runs}`\n"
             "- input: generated grouped `iblinkinfo`, 40-port switches (20 host ports, 16 uplinks, 4 Down/Polling), "
             "one `CA:` block per host port, 1 in ~45 host links degraded with a Could-be hint\n"
-            "- target: <= 1 s\n\n"
+            "- target: <= 1 s\n"
+            f"{before_after}\n"
             "| switches | lines | MB | links | hinted | median s | min s | max s |\n"
             "|---:|---:|---:|---:|---:|---:|---:|---:|\n"
             f"| {args.switches} | {lines} | {len(text) / 1e6:.1f} | {len(parsed)} | {len(hinted)} | "

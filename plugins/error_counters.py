@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
-from netdoctor.checks.rules import PortClass, classified_ports, unavailable_reason
+from netdoctor.checks.rules import PortClass, classified_ports, unavailable_reason, virtual_function_note
 from netdoctor.inventory.model import Hca, LinkLayer, Port
 
 HW_PREFIX = "hw_counters/"   # how netdoctor.checks.state keys hw counters in the history
@@ -281,6 +281,11 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port) -> list[Finding]:
        needs=("rdma", "counters"))
 def error_counters(ctx: CheckContext) -> Iterator[Finding]:
     for hca, port, port_class in classified_ports(ctx.inventory, ctx.rules):
+        through_pf = virtual_function_note(ctx.inventory, hca)
+        if through_pf is not None:
+            # A VF shares the PF's physical link: physical-layer errors are counted on the PF's port.
+            yield ctx.skip(port.name, through_pf, evidence={"physical_function": hca.physical_function})
+            continue
         if _unused_and_down(port, port_class):
             yield ctx.skip(port.name, f"port class '{port_class.name if port_class else ''}' is unused and the "
                                       "port is down", evidence={"state": str(port.state) if port.state else None})

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
-from netdoctor.checks.rules import pack_of
+from netdoctor.checks.rules import pack_of, role_of, virtual_function_note
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Gpu, Hca, Inventory, Port, Topology
 
@@ -47,19 +47,25 @@ def _expected_rank(ctx: CheckContext) -> int:
     return RANK[level]
 
 
-def _port_role(ctx: CheckContext, port: Port, hca: Hca) -> str:
-    """The port's role from the rule pack's port classes; RDMA ports no class names count as compute."""
+def _port_roles(ctx: CheckContext, port: Port, hca: Hca) -> set[str]:
+    """The port's role from the rule pack's port classes (RDMA ports no class names count as
+    compute), and the role it would have where its class asks for GPU proximity: a rail NIC
+    moved away from its GPU loses the `near_gpu` compute class, and this check must still
+    judge it as the rail it is (across the socket: fail)."""
     pack = pack_of(ctx.rules)
-    port_class = pack.port_class(port, hca) if pack is not None else None
-    return port_class.role if port_class is not None else "compute"
+    if pack is None:
+        return {"compute"}
+    return {role_of(pack.port_class(port, hca, ctx.inventory)), role_of(pack.port_class_ignoring_placement(port, hca))}
 
 
 def compute_hcas(ctx: CheckContext) -> dict[str, Hca]:
     roles = set(ctx.rule("compute_roles", ["compute"]))
     selected: dict[str, Hca] = {}
     for hca in ctx.inventory.hcas:
+        if virtual_function_note(ctx.inventory, hca) is not None:
+            continue      # a VF shares its PF's link: it is not a rail of its own
         ports = list(hca.ports.values())
-        if not ports or any(_port_role(ctx, port, hca) in roles for port in ports):
+        if not ports or any(_port_roles(ctx, port, hca) & roles for port in ports):
             selected[hca.name] = hca
     return selected
 

@@ -15,14 +15,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from netdoctor.checks import CheckContext, Finding, check
-from netdoctor.checks.rules import PortClass, classified_ports, unavailable_reason
+from netdoctor.checks.rules import (
+    PortClass,
+    class_evidence,
+    classified_ports,
+    unavailable_reason,
+    virtual_function_note,
+)
 from netdoctor.inventory.model import Hca, LinkLayer, LinkRate, Port
 
 RATE_SOURCES = ("sysfs", "ibstat", "ibv_devinfo-v")
-WIDTH_REMEDY = ("a lane is down: reseat or replace the cable/transceiver, then check the switch port "
-                "(`mlxlink -d <hca> -m` shows per-lane state and BER)")
-SPEED_REMEDY = ("the link negotiated a lower speed: check that cable and transceiver are rated for the "
-                "expected speed, and the switch port's speed settings (`mlxlink -d <hca>`)")
+
+
+def width_remedy(hca: Hca) -> str:
+    return ("a lane is down: reseat or replace the cable/transceiver, then check the switch port "
+            f"(`mlxlink -d {hca.name} -m` shows per-lane state and BER)")
+
+
+def speed_remedy(hca: Hca) -> str:
+    return ("the link negotiated a lower speed: check that cable and transceiver are rated for the "
+            f"expected speed, and the switch port's speed settings (`mlxlink -d {hca.name}`)")
 
 
 @dataclass(frozen=True)
@@ -54,16 +66,18 @@ def _most_common(values: list[float] | list[int]) -> float | int | None:
 
 
 def _expectation(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None,
-                 peers: list[tuple[Hca, Port]]) -> Expectation | None:
+                 peers: list[tuple[Hca, Port, PortClass | None]]) -> Expectation | None:
     gbps = port_class.expected_rate_gbps if port_class else None
     width = port_class.expected_width if port_class else None
     bases = []
     if gbps is not None or width is not None:
         bases.append(f"port class '{port_class.name}'" if port_class else "")
     if (gbps is None or width is None) and ctx.rule("compare_with_peers", True) and hca.ca_type:
-        same = [other for other_hca, other in peers
+        # Only ports of the same class are peers: a storage port at NDR200 on the same
+        # ConnectX-7 type as the NDR rails is not a degraded rail.
+        same = [other for other_hca, other, other_class in peers
                 if other_hca.ca_type == hca.ca_type and other.link_layer == port.link_layer
-                and other.rate is not None]
+                and other_class == port_class and other.rate is not None]
         if len(same) >= 2:
             peer_gbps = _most_common([other.rate.gbps for other in same if other.rate and other.rate.gbps is not None])
             peer_width = _most_common([other.rate.width for other in same if other.rate and other.rate.width])
@@ -75,39 +89,39 @@ def _expectation(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass 
                 width = int(peer_width)
                 used.append("width")
             if used:
-                bases.append(f"the {' and '.join(used)} most of the {len(same)} active {hca.ca_type} ports run at")
+                kind = f" '{port_class.name}'" if port_class else ""
+                bases.append(f"the {' and '.join(used)} most of the {len(same)} active {hca.ca_type}{kind} ports "
+                             "run at")
     if gbps is None and width is None:
         return None
     return Expectation(gbps, width, " and ".join(base for base in bases if base))
 
 
-def _could_be_problem(port: Port) -> tuple[str, str] | None:
+def _could_be_problem(hca: Hca, port: Port) -> tuple[str, str] | None:
     """iblinkinfo's hint that this link could run wider or faster than it does: (text, remedy)."""
     hint, rate = port.could_be, port.rate
     if hint is None or rate is None:
         return None
-    parts = []
-    remedy = SPEED_REMEDY
-    if hint.width and rate.width and hint.width > rate.width:
-        parts.append(f"{hint.width}X")
-        remedy = WIDTH_REMEDY
-    if hint.lane_gbps and rate.lane_gbps and hint.lane_gbps > rate.lane_gbps:
-        parts.append(f"{hint.lane_gbps:g} Gb/s per lane")
-    elif hint.gbps and rate.gbps and hint.gbps > rate.gbps:
-        parts.append(f"{hint.gbps:g} Gb/s")
-    if not parts:
+    wider = bool(hint.width and rate.width and hint.width > rate.width)
+    faster = bool((hint.lane_gbps and rate.lane_gbps and hint.lane_gbps > rate.lane_gbps)
+                  or (hint.gbps and rate.gbps and hint.gbps > rate.gbps))
+    if not (wider or faster):
         return None
-    return f"iblinkinfo says the link could run at {' and '.join(parts)}", remedy
+    if hint.gbps is not None:
+        could = hint.describe()       # "400 Gb/s (4X NDR)"
+    else:
+        could = f"{hint.width}X" if wider else f"{hint.lane_gbps:g} Gb/s per lane"
+    return f"iblinkinfo says the link could run at {could}", width_remedy(hca) if wider else speed_remedy(hca)
 
 
 def _judge(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None,
-           peers: list[tuple[Hca, Port]]) -> Finding:
+           peers: list[tuple[Hca, Port, PortClass | None]]) -> Finding:
     rate = port.rate
     assert rate is not None and rate.gbps is not None
     expected = _expectation(ctx, hca, port, port_class, peers)
     evidence: dict[str, object] = {
         "rate_gbps": rate.gbps, "width": rate.width, "speed": rate.speed, "lane_gbps": rate.lane_gbps,
-        "port_class": port_class.name if port_class else None,
+        **class_evidence(ctx.inventory, hca, port_class, ctx.rules),
     }
     slower: list[str] = []
     faster: list[str] = []
@@ -116,15 +130,15 @@ def _judge(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None
         evidence.update(expected_gbps=expected.gbps, expected_width=expected.width, basis=expected.basis)
         if expected.gbps is not None and rate.gbps < expected.gbps:
             slower.append("rate")
-            remedies.append(SPEED_REMEDY)
+            remedies.append(speed_remedy(hca))
         elif expected.gbps is not None and rate.gbps > expected.gbps:
             faster.append("rate")
         if expected.width is not None and rate.width is not None and rate.width < expected.width:
             slower.append("width")
-            remedies.insert(0, WIDTH_REMEDY)
+            remedies.insert(0, width_remedy(hca))
         elif expected.width is not None and rate.width is not None and rate.width > expected.width:
             faster.append("width")
-    hint = _could_be_problem(port) if ctx.rule("use_could_be", True) else None
+    hint = _could_be_problem(hca, port) if ctx.rule("use_could_be", True) else None
     if port.could_be is not None:
         evidence["could_be"] = port.could_be.describe()
 
@@ -156,11 +170,17 @@ def _judge(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None
        needs=("rdma",))
 def link_speed(ctx: CheckContext) -> Iterator[Finding]:
     ports = classified_ports(ctx.inventory, ctx.rules)
-    peers = [(hca, port) for hca, port, port_class in ports
+    judged = [(hca, port, port_class) for hca, port, port_class in ports
+              if virtual_function_note(ctx.inventory, hca) is None]
+    peers = [(hca, port, port_class) for hca, port, port_class in judged
              if port.is_active and (port_class is None or port_class.role != "unused")]
     for hca, port, port_class in ports:
         state = str(port.state) if port.state is not None else None
-        if port_class is not None and port_class.role == "unused":
+        through_pf = virtual_function_note(ctx.inventory, hca)
+        if through_pf is not None:
+            yield ctx.skip(port.name, through_pf, evidence={"state": state,
+                                                            "physical_function": hca.physical_function})
+        elif port_class is not None and port_class.role == "unused":
             yield ctx.skip(port.name, f"port class '{port_class.name}' is unused", evidence={"state": state})
         elif port.state is None:
             yield ctx.unknown(port.name, "port state unknown, so its rate cannot be judged: "

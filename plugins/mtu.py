@@ -5,6 +5,9 @@ Netdev.mtu / arp_type (sysfs /sys/class/net) and the pack's port classes. A too-
 does not break jobs, it slows them: a 2048-byte IB MTU or a 1500-byte RoCE netdev (which
 caps the RoCE MTU at 1024) costs bandwidth on every message. Ports/netdevs of one class
 whose MTUs differ are flagged too: the rails of one job then behave differently.
+Only RoCE compute rails get the RoCE MTU judgement: Ethernet ports of a storage/management/
+unused class are skipped (without port classes every RDMA Ethernet port is taken as RoCE).
+SR-IOV VFs follow their physical function and are skipped.
 See docs/checks.md (`mtu`).
 """
 
@@ -15,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from netdoctor.checks import CheckContext, Finding, Status, check
-from netdoctor.checks.rules import PortClass, classified_ports, unavailable_reason
+from netdoctor.checks.rules import PortClass, classified_ports, unavailable_reason, virtual_function_note
 from netdoctor.inventory.model import Hca, LinkLayer, Netdev, Port
 
 NETDEV_SOURCES = ("sysfs", "ibdev2netdev")
@@ -34,7 +37,7 @@ def _class_name(port_class: PortClass | None) -> str:
     return port_class.name if port_class else "unclassed"
 
 
-def _ib_port(ctx: CheckContext, port: Port) -> Finding:
+def _ib_port(ctx: CheckContext, hca: Hca, port: Port) -> Finding:
     expected = int(ctx.rule("ib_mtu", 4096))
     evidence = {"active_mtu": port.active_mtu, "max_mtu": port.max_mtu, "expected_mtu": expected}
     if port.active_mtu is None:
@@ -43,7 +46,7 @@ def _ib_port(ctx: CheckContext, port: Port) -> Finding:
     if port.active_mtu < expected:
         if port.max_mtu is not None and port.max_mtu < expected:
             remedy = (f"the HCA port's max MTU is {port.max_mtu}: check its firmware configuration "
-                      "(`mlxconfig -d <hca> q`) and the port's VL capability")
+                      f"(`mlxconfig -d {hca.name} q`) and the port's VL capability")
         else:
             remedy = ("the subnet manager or switch caps the MTU: set the partition MTU to 4096 (mtu=5 in "
                       "opensm partitions.conf, or the UFM PKey MTU) and check the switch port's MTU cap")
@@ -84,6 +87,13 @@ def _judge_all(ctx: CheckContext) -> list[Judged]:
     for hca, port, port_class in classified_ports(ctx.inventory, ctx.rules):
         port_classes[port.name] = (hca, port, port_class)
         group_class = _class_name(port_class)
+        through_pf = virtual_function_note(ctx.inventory, hca)
+        if through_pf is not None:
+            if port.netdev:
+                seen_netdevs.add(port.netdev)
+            judged.append(Judged(ctx.skip(port.name, through_pf,
+                                          evidence={"physical_function": hca.physical_function})))
+            continue
         if port_class is not None and port_class.role == "unused":
             judged.append(Judged(ctx.skip(port.name, f"port class '{port_class.name}' is unused")))
             continue
@@ -94,8 +104,16 @@ def _judge_all(ctx: CheckContext) -> list[Judged]:
             elif not port.is_active:
                 judged.append(Judged(ctx.skip(port.name, "port not active; see port-state")))
             else:
-                finding = _ib_port(ctx, port)
+                finding = _ib_port(ctx, hca, port)
                 judged.append(Judged(finding, ("IB active MTU", group_class), port.active_mtu))
+        elif port.link_layer is LinkLayer.ETHERNET and port_class is not None and port_class.role != "compute":
+            if port.netdev:
+                seen_netdevs.add(port.netdev)
+            judged.append(Judged(ctx.skip(
+                port.netdev or port.name,
+                f"{port.name}: port class '{port_class.name}' is not a RoCE compute rail (role {port_class.role}); "
+                "RoCE MTU not judged",
+                evidence={"rdma_port": port.name, "port_class": port_class.name, "role": port_class.role})))
         elif port.link_layer is LinkLayer.ETHERNET:
             netdev = ctx.inventory.netdev(port.netdev) if port.netdev else None
             if netdev is None:

@@ -6,6 +6,11 @@ longer be fed). Usual causes: a badly seated card or riser, a failing retimer, a
 setting. NVIDIA GPUs also drop their link generation on purpose when idle (P8 and other
 power-saving P-states) and retrain to the maximum under load; that is not a fault. They
 never drop lanes to save power, so a narrow link is always judged.
+
+For NICs sysfs `max_link_speed` is the card's own maximum, not the slot's: a Gen4 card in
+a Gen3 slot reads "below maximum" although nothing is broken, so a slow NIC link is a
+warning by default; packs of platforms whose slots are known (DGX H100: Gen5) fail it.
+SR-IOV virtual functions are judged through their physical function's link.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
+from netdoctor.checks.rules import virtual_function_note
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Gpu, Hca, Inventory, PcieLink
 from netdoctor.report.model import STATUS_SEVERITY
@@ -26,6 +32,13 @@ GPU_REMEDY = ("reseat the GPU (or its baseboard/riser), check the slot's BIOS li
               "`nvidia-smi -q -d PCIE` shows the link under load")
 NIC_REMEDY = ("reseat the NIC or its riser, check the slot's BIOS link setting; "
               "`lspci -vv -s ADDRESS | grep -E 'LnkCap|LnkSta'` shows capability and state")
+NIC_SPEED_REMEDY = ("compare with the slot: `lspci -vv -s ADDRESS | grep -E 'LnkCap|LnkSta'` gives the card's "
+                    "own maximum and the trained speed; the upstream port (the bridge above ADDRESS in "
+                    "`lspci -tv`) shows the slot's in its LnkCap. If the slot's LnkCap is the lower speed the "
+                    "slot is the limit (move the card to a faster slot); if not, reseat the card or riser and "
+                    "check the slot's BIOS link setting")
+# Software RDMA devices have no PCI function: soft-RoCE (rxe) and soft-iWARP (siw).
+SOFTWARE_DEVICE_PREFIXES = ("rxe", "siw")
 
 
 @dataclass(frozen=True)
@@ -158,13 +171,21 @@ def _judge_nic(ctx: CheckContext, address: str, hcas: list[Hca]) -> Finding:
         verdicts.append(Verdict(_status_rule(ctx, "low_width_severity", "fail"),
                                 f"{names} PCIe link runs at x{link.current_width} of x{link.max_width}",
                                 "low_width_severity"))
-    # ConnectX NICs keep their link at the trained speed; a lower gen is a training fault
-    # (or a slot slower than the card, which also caps RDMA bandwidth).
-    if link.current_gen < link.max_gen:
-        verdicts.append(Verdict(_status_rule(ctx, "nic_low_speed_severity", "fail"),
-                                f"{names} PCIe link runs at {_describe(link, True)}, "
-                                f"below its maximum {_describe(link, False)}", "nic_low_speed_severity"))
-    remedy = NIC_REMEDY.replace("ADDRESS", address)
+    # ConnectX NICs keep their link at the trained speed (no idle downclocking): a lower gen
+    # is a slot slower than the card (max_link_speed is the card's, not the slot's) or a
+    # link that trained down. Either caps RDMA bandwidth; only the pack knows the slots.
+    slow_speed = link.current_gen < link.max_gen
+    if slow_speed:
+        verdicts.append(Verdict(_status_rule(ctx, "nic_low_speed_severity", "warn"),
+                                f"{names} PCIe link runs at {_describe(link, True)}, below the card's maximum "
+                                f"{_describe(link, False)}: a slower slot, or a link that trained down",
+                                "nic_low_speed_severity"))
+    remedies = []
+    if link.current_width < link.max_width:
+        remedies.append(NIC_REMEDY.replace("ADDRESS", address))
+    if slow_speed:
+        remedies.append(NIC_SPEED_REMEDY.replace("ADDRESS", address))
+    remedy = "; ".join(remedies) or NIC_REMEDY.replace("ADDRESS", address)
     return _combine(ctx, address, verdicts, evidence, remedy,
                     f"{names}: {_describe(link, True)} (max {_describe(link, False)})")
 
@@ -181,14 +202,29 @@ def pcie_link(ctx: CheckContext) -> Iterator[Finding]:
     # Two RDMA devices can sit on one PCI function (a bond); judge each function once.
     functions: dict[str, list[Hca]] = {}
     for hca in inventory.hcas:
-        if hca.pci_address:
+        through_pf = virtual_function_note(inventory, hca)
+        if through_pf is not None:
+            yield ctx.skip(hca.pci_address or hca.name, f"{hca.name}: {through_pf}",
+                           evidence={"hca": hca.name, "physical_function": hca.physical_function})
+        elif hca.pci_address:
             functions.setdefault(hca.pci_address, []).append(hca)
+        elif _software_device(hca):
+            yield ctx.skip(hca.name, f"{hca.name} has no PCI function (software RDMA device such as rxe/siw)",
+                           evidence={"hca": hca.name, "ca_type": hca.ca_type})
         elif inventory.source("sysfs").usable:
-            yield ctx.skip(hca.name, f"{hca.name} has no PCI function (software RDMA device such as rxe/siw)")
+            # A hardware HCA (it has a CA type) always sits on a PCI function; sysfs just did
+            # not show which (no `device` link, e.g. a container's partial /sys).
+            yield ctx.unknown(hca.name, f"{hca.name} ({hca.ca_type}): PCI address unknown (no device link in sysfs)",
+                              evidence={"hca": hca.name, "ca_type": hca.ca_type})
         else:
             yield ctx.unknown(hca.name, f"PCI address of {hca.name} unknown: {inventory.source('sysfs').reason()}")
     for address in sorted(functions, key=lambda address: _natural_key(functions[address][0].name)):
         yield _judge_nic(ctx, address, functions[address])
+
+
+def _software_device(hca: Hca) -> bool:
+    """rxe/siw: named so, or no CA type at all (hardware HCAs always report one, e.g. MT4129)."""
+    return hca.name.startswith(SOFTWARE_DEVICE_PREFIXES) or not hca.ca_type
 
 
 def _natural_key(text: str) -> tuple[Any, ...]:

@@ -7,6 +7,11 @@ head-of-line blocking). PFC on priorities that carry ordinary TCP traffic spread
 it too. The trust mode decides how packets are mapped to priorities: with `pcp` trust on an
 untagged (L3) network every packet lands on priority 0 and the PFC setting never applies.
 Pure InfiniBand nodes have none of this (credit-based flow control): the check skips them.
+
+Only RoCE compute rails are judged: with a pack that classes ports, Ethernet ports of a
+`storage`, `management` or `unused` class are skipped (a frontend or storage NIC carries
+TCP, not the GPU fabric's lossless class). Without port classes (the default pack) every
+RDMA-capable Ethernet port is assumed to be RoCE. SR-IOV VFs are configured through their PF.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
+from netdoctor.checks.rules import classified_ports, unavailable_reason, virtual_function_note
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import LinkLayer, Netdev, Port
 
@@ -36,13 +42,17 @@ def _rdma_priority(ctx: CheckContext) -> int:
     return priority
 
 
+def _netdev_name(ctx: CheckContext, port: Port) -> str | None:
+    return port.netdev or next((netdev.name for netdev in ctx.inventory.netdevs
+                                if netdev.rdma_port == port.name), None)
+
+
 def _roce_netdevs(ctx: CheckContext, roce_ports: list[Port]) -> tuple[dict[str, list[str]], list[Port]]:
     """RDMA port -> netdev, from Port.netdev (ibdev2netdev / sysfs) or Netdev.rdma_port."""
     by_netdev: dict[str, list[str]] = {}
     unmapped: list[Port] = []
     for port in roce_ports:
-        name = port.netdev or next((netdev.name for netdev in ctx.inventory.netdevs
-                                    if netdev.rdma_port == port.name), None)
+        name = _netdev_name(ctx, port)
         if name:
             by_netdev.setdefault(name, []).append(port.name)
         else:
@@ -64,7 +74,9 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
     }
     problems: list[Finding] = []
     if qos is None:
-        reason = ctx.inventory.source(f"mlnx_qos-{name}").reason()
+        # A RoCE LAG bond's settings come from its slaves (mlnx_qos runs on them).
+        members = netdev.bond_slaves if netdev is not None and netdev.bond_slaves else (name,)
+        reason = unavailable_reason(ctx.inventory, *(f"mlnx_qos-{member}" for member in members))
         problems.append(ctx.unknown(name, f"PFC and trust mode of {name} unknown: {reason}", evidence=evidence))
     else:
         if priority not in qos.pfc_enabled:
@@ -126,9 +138,26 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
 @check(CHECK_ID, "on RoCE ports: PFC on the RDMA priority only, ECN enabled for it, expected trust mode",
        needs=("roce",))
 def pfc_ecn(ctx: CheckContext) -> Iterator[Finding]:
-    roce_ports = [port for port in ctx.inventory.ports if port.link_layer is LinkLayer.ETHERNET]
-    if not roce_ports:
+    ethernet = [(hca, port, port_class) for hca, port, port_class in classified_ports(ctx.inventory, ctx.rules)
+                if port.link_layer is LinkLayer.ETHERNET]
+    if not ethernet:
         yield ctx.skip("node", "no RoCE ports (InfiniBand fabrics use credit-based flow control)")
+        return
+    roce_ports: list[Port] = []
+    for hca, port, port_class in ethernet:
+        subject = _netdev_name(ctx, port) or port.name
+        through_pf = virtual_function_note(ctx.inventory, hca)
+        if through_pf is not None:
+            yield ctx.skip(subject, f"{port.name}: {through_pf}",
+                           evidence={"rdma_ports": [port.name], "physical_function": hca.physical_function})
+        elif port_class is not None and port_class.role != "compute":
+            yield ctx.skip(subject, f"{port.name}: port class '{port_class.name}' is not a RoCE compute rail "
+                                    f"(role {port_class.role}); PFC/ECN not judged",
+                           evidence={"rdma_ports": [port.name], "port_class": port_class.name,
+                                     "role": port_class.role})
+        else:
+            roce_ports.append(port)
+    if not roce_ports:
         return
     by_netdev, unmapped = _roce_netdevs(ctx, roce_ports)
     for port in unmapped:

@@ -1,24 +1,43 @@
 """port-state: every RDMA port ACTIVE/LinkUp; on InfiniBand also a LID, one SM, one P_Key table.
 
 Reads Port.state / phys_state (sysfs `state`, `phys_state`; ibstat), lid / sm_lid (sysfs,
-ibstat), pkeys (sysfs `pkeys/`), and the rule pack's port classes: a down port of a class
-whose role is `unused` is skipped (down by design), never failed. See docs/checks.md (`port-state`).
+ibstat), pkeys (sysfs `pkeys/`), counters (link_downed, data), and the rule pack's port
+classes. Ports down by design are skipped with the evidence, never failed: a class whose role
+is `unused`; phys state Disabled; a port never linked since the counters were cleared (not
+cabled) next to an ACTIVE sibling port of the same card, or anywhere when the pack does not
+require compute ports up. A compute rail of a pack with `compute_ports_must_be_up` always
+fails when down. SR-IOV VFs are judged through their physical function.
+See docs/checks.md (`port-state`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
-from netdoctor.checks.rules import PortClass, classified_ports, unavailable_reason
-from netdoctor.inventory.model import Hca, LinkLayer, PhysState, Port, PortState
+from netdoctor.checks.rules import (
+    PortClass,
+    class_evidence,
+    classified_ports,
+    role_of,
+    unavailable_reason,
+    virtual_function_note,
+)
+from netdoctor.inventory.model import Hca, Inventory, LinkLayer, PhysState, Port, PortState
 
 STATE_SOURCES = ("sysfs", "ibstat", "ibv_devinfo-v")
 INVALID_LIDS = (0x0, 0xFFFF)   # 0: never assigned; 0xFFFF: the permissive LID, not a unicast address
 
-SM_REMEDY = ("check that a subnet manager (opensm or UFM) runs on this fabric and sees the port: "
-             "`sminfo -C <hca> -P <port>`, `ibstat <hca>`; look for the port GUID in the SM log")
+# Counters that stay 0 on a port that never had a link since they were last cleared.
+NEVER_LINKED_COUNTERS = ("link_downed", "port_xmit_data", "port_rcv_data")
+
+
+def sm_remedy(port: Port) -> str:
+    return ("check that a subnet manager (opensm or UFM) runs on this fabric and sees the port: "
+            f"`sminfo -C {port.hca} -P {port.number}`, `ibstat {port.hca} {port.number}`; look for the port "
+            "GUID in the SM log")
 
 
 def _state_text(port: Port) -> str:
@@ -27,38 +46,87 @@ def _state_text(port: Port) -> str:
     return f"{state}/{phys}"
 
 
-def _evidence(port: Port, port_class: PortClass | None) -> dict[str, object]:
+def _evidence(inventory: Inventory, hca: Hca, port: Port, port_class: PortClass | None,
+              rules: Mapping[str, Any]) -> dict[str, object]:
     return {
         "state": str(port.state) if port.state is not None else None,
         "phys_state": str(port.phys_state) if port.phys_state is not None else None,
         "link_layer": str(port.link_layer) if port.link_layer is not None else None,
-        "port_class": port_class.name if port_class else None,
-        "role": port_class.role if port_class else "compute",
+        **class_evidence(inventory, hca, port_class, rules),
     }
+
+
+def _siblings(inventory: Inventory, hca: Hca, port: Port) -> list[Port]:
+    """Other ports of the same card: the HCA's other ports, and the ports of the other PCI
+    functions of a dual-port mlx5 card (each port is its own RDMA device there, mlx5_1 and
+    mlx5_2 on 29:00.0 and 29:00.1), told by one sys_image_guid or one PCI bus:device."""
+    siblings = [other for number, other in sorted(hca.ports.items()) if number != port.number]
+    for other in inventory.hcas:
+        if other is hca or other.is_virtual_function:
+            continue
+        same_guid = hca.sys_image_guid is not None and other.sys_image_guid == hca.sys_image_guid
+        same_device = (hca.pci_address is not None and other.pci_address is not None
+                       and hca.pci_address.rpartition(".")[0] == other.pci_address.rpartition(".")[0])
+        if same_guid or same_device:
+            siblings.extend(other.ports[number] for number in sorted(other.ports))
+    return siblings
+
+
+def _never_linked(port: Port) -> bool:
+    """DOWN with no link transition and no data since the counters were cleared: not cabled."""
+    if port.state is not PortState.DOWN:
+        return False
+    return all(port.counters.get(name) == 0 for name in NEVER_LINKED_COUNTERS)
+
+
+def _down_by_design(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None,
+                    evidence: dict[str, object]) -> str | None:
+    """Why a port that is not ACTIVE is down by design (the skip sentence), or None: judge it."""
+    must_be_up = bool(ctx.rule("compute_ports_must_be_up", False))
+    if must_be_up and role_of(port_class) == "compute":
+        return None      # a rail of a platform whose rails are all cabled: down is a fault
+    if port.phys_state is PhysState.DISABLED:
+        return f"{_state_text(port)}: administratively disabled (phys state Disabled)"
+    if not _never_linked(port):
+        return None
+    active_siblings = [other.name for other in _siblings(ctx.inventory, hca, port) if other.is_active]
+    summary = f"{_state_text(port)}: never linked since counters were cleared: not cabled by design"
+    if active_siblings:
+        evidence.update({name: port.counters.get(name) for name in NEVER_LINKED_COUNTERS},
+                        active_sibling_ports=active_siblings)
+        return f"{summary} (sibling port {', '.join(active_siblings)} is ACTIVE)"
+    # With no port of the node up at all the node has no fabric link: that is not by design.
+    if must_be_up or not any(other.is_active for other in ctx.inventory.ports):
+        return None
+    evidence.update({name: port.counters.get(name) for name in NEVER_LINKED_COUNTERS})
+    return summary
 
 
 def _not_active_problem(port: Port) -> tuple[str, str]:
     """Summary and remedy for a port that is not ACTIVE, named by its states."""
     ethernet = port.link_layer is LinkLayer.ETHERNET
     states = _state_text(port)
+    device = port.hca
     if port.state is PortState.INIT and port.phys_state is PhysState.LINK_UP:
-        return (f"{states}: the link is up but no subnet manager configured the port", SM_REMEDY)
+        return (f"{states}: the link is up but no subnet manager configured the port", sm_remedy(port))
     if port.state is PortState.ARMED:
         return (f"{states}: the subnet manager configured the port but has not activated it",
                 "an SM sweep did not finish: check the SM log and `sminfo`; if it persists, bounce the port")
     if port.phys_state is PhysState.POLLING:
         return (f"{states}: no link partner (cable unplugged or faulty, or the switch port is down)",
-                "check the cable and transceiver are seated, the switch port is enabled (`mlxlink -d <hca>`), "
+                f"check the cable and transceiver are seated, the switch port is enabled (`mlxlink -d {device}`), "
                 "and swap the cable if the port stays Polling")
     if port.phys_state is PhysState.DISABLED:
-        how = (f"`ip link set {port.netdev or '<netdev>'} up`" if ethernet
-               else "`ibportstate` on the switch side, or `mlxlink -d <hca> -a UP`")
+        if ethernet and port.netdev:
+            how = f"`ip link set {port.netdev} up`, or `mlxlink -d {device} -a UP`"
+        else:
+            how = f"`mlxlink -d {device} -a UP`, or `ibportstate` on the switch side"
         return (f"{states}: the port is administratively disabled",
                 f"enable it ({how}); if it is unused by design, give it a port class with role \"unused\" "
                 "in the rule pack")
     if port.phys_state is PhysState.TRAINING:
         return (f"{states}: link training does not complete",
-                "usually a cable/transceiver or speed mismatch with the switch port: check `mlxlink -d <hca>` "
+                f"usually a cable/transceiver or speed mismatch with the switch port: check `mlxlink -d {device}` "
                 "and the switch port's speed settings")
     if port.phys_state is PhysState.LINK_ERROR_RECOVERY:
         return (f"{states}: the link is in error recovery", "check the cable and transceiver; see error-counters")
@@ -68,7 +136,12 @@ def _not_active_problem(port: Port) -> tuple[str, str]:
 
 
 def _judge_port(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None) -> Iterator[Finding]:
-    evidence = _evidence(port, port_class)
+    evidence = _evidence(ctx.inventory, hca, port, port_class, ctx.rules)
+    through_pf = virtual_function_note(ctx.inventory, hca)
+    if through_pf is not None:
+        yield ctx.skip(port.name, f"{_state_text(port)}; {through_pf}",
+                       evidence={**evidence, "physical_function": hca.physical_function})
+        return
     if port_class is not None and port_class.role == "unused":
         if port.is_active:
             yield ctx.skip(port.name, f"{_state_text(port)}; port class '{port_class.name}' is unused, not judged",
@@ -89,6 +162,10 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass |
                          remedy="watch it: a link stuck here is flapping; check the cable and error-counters")
         return
     if not port.is_active:
+        by_design = _down_by_design(ctx, hca, port, port_class, evidence)
+        if by_design is not None:
+            yield ctx.skip(port.name, by_design, evidence=evidence)
+            return
         summary, remedy = _not_active_problem(port)
         yield ctx.graded(ctx.rule("not_active_severity", "fail"), port.name, summary, evidence=evidence,
                          remedy=remedy, rule="not_active")
@@ -108,11 +185,11 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass |
         return
     if port.lid in INVALID_LIDS:
         yield ctx.fail(port.name, f"ACTIVE without a valid LID (0x{port.lid:04x}): the subnet manager did not "
-                                  "assign one", evidence=evidence, remedy=SM_REMEDY)
+                                  "assign one", evidence=evidence, remedy=sm_remedy(port))
         return
     if port.sm_lid == 0:
         yield ctx.fail(port.name, "ACTIVE but SM LID is 0: no subnet manager is reachable from this port",
-                       evidence=evidence, remedy=SM_REMEDY)
+                       evidence=evidence, remedy=sm_remedy(port))
         return
     yield ctx.passed(port.name, f"{_state_text(port)}{rate}, LID 0x{port.lid:x}, SM LID 0x{port.sm_lid:x}",
                      evidence=evidence)
@@ -182,5 +259,5 @@ def port_state(ctx: CheckContext) -> Iterator[Finding]:
                 and all(finding.status is Status.PASS for finding in findings)):
             healthy_ib.append((port, port_class))
     yield from _judge_subnet_managers(ctx, healthy_ib)
-    compute = [port for port, port_class in healthy_ib if port_class is None or port_class.role == "compute"]
+    compute = [port for port, port_class in healthy_ib if role_of(port_class) == "compute"]
     yield from _judge_pkeys(ctx, compute)

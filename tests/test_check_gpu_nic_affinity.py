@@ -102,7 +102,9 @@ def test_gpu_without_a_nic_to_spare_shares_a_rail() -> None:
 def test_second_gpu_on_a_one_nic_switch_gets_a_farther_rail() -> None:
     override = {("GPU1", "NIC0"): "PIX", ("GPU1", "NIC1"): "NODE"}
     inventory = dgx_inventory(topology=dgx_topology(override))
-    findings = run(inventory, "hgx-a100")
+    # mlx5_1 is no longer PIX/PXB to any GPU, so dgx-h100's near_gpu compute class drops it;
+    # this check still judges it as the compute-class card it is (a misplaced rail).
+    findings = run(inventory, "dgx-h100")
     assert statuses(findings)["GPU0"] == ["pass"]
     [finding] = findings["GPU1"]
     assert finding.status is Status.WARN and finding.rule == "expected_level"
@@ -222,3 +224,26 @@ def test_real_matrix_with_uneven_pix_nics_passes_one_rail_per_gpu() -> None:
     assert broken["GPU5"][0].evidence["rail_nic"] == "mlx5_1"
     assert broken["GPU5"][0].summary == ("rail NIC mlx5_1 (SYS) is across the CPU socket; the nearer mlx5_6, "
                                          "mlx5_7, mlx5_8 (NODE) are the rails of GPU4, GPU6, GPU7")
+
+
+def test_virtual_function_is_not_a_rail_of_its_own() -> None:
+    # GPU3's rail mlx5_3 is gone; a VF of mlx5_2 sits PIX to GPU3 in the matrix. It shares its
+    # PF's link (GPU2's rail), so it must not hide GPU3's missing rail.
+    inventory = without_nics(3, 8)
+    vf = ib_hca(9, address="0000:3c:00.1", numa_node=0)
+    vf.physical_function = inventory.hca("mlx5_2").pci_address
+    inventory.hcas.append(vf)
+    topology = inventory.topology
+    links = {**topology.links, **{(f"GPU{i}", "NIC9"): ("PIX" if i == 3 else "NODE") for i in range(8)}}
+    inventory.topology = Topology(topology.gpus, topology.nics + ("NIC9",), links,
+                                  {**topology.nic_names, "NIC9": "mlx5_9"})
+    gpu3 = run(inventory, "dgx-h100")["GPU3"][0]
+    assert "mlx5_9" not in gpu3.evidence["levels"]
+    assert gpu3.status is Status.WARN and gpu3.rule == "one_rail_per_gpu"
+
+
+def test_management_nic_of_a_pcie_only_node_is_no_gpu_rail() -> None:
+    inventory = dgx_inventory(hcas=[ib_hca(0)])
+    [finding] = run(inventory, "pcie-only")["node"]
+    assert finding.status is Status.SKIP
+    assert finding.summary == "no compute-role RDMA NICs (all are classed storage, management or unused)"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from inventory_factory import HDR, dgx_h100, only, port_of, roce_node, run_check, site_pack, sources
+from inventory_factory import HDR, dgx_h100, ib_hca, only, port_of, roce_node, run_check, site_pack, sources
 from netdoctor.inventory.model import LinkRate, PhysState, PortState, SourceState
 from netdoctor.report.model import Status
 from netdoctor_plugins.link_speed import link_speed
@@ -118,3 +118,54 @@ def test_roce_ports_against_the_roce_class_rate() -> None:
     assert finding.status is Status.FAIL
     # Ethernet rates carry no IB speed name.
     assert finding.summary.startswith("port runs at 200 Gb/s (4X), expected 400 Gb/s (4X)")
+
+
+def test_could_be_hint_reads_as_a_rate_and_the_remedy_names_the_device() -> None:
+    inventory = dgx_h100(storage=False)
+    for port in inventory.ports:
+        port.rate = HDR
+    port = port_of(inventory, "mlx5_5:1")
+    port.could_be = LinkRate(400, 4, "NDR", 106.25)
+    finding = only(run(inventory), "mlx5_5:1")
+    assert finding.summary == "port runs at 200 Gb/s (4X HDR), iblinkinfo says the link could run at 400 Gb/s (4X NDR)"
+    assert "(`mlxlink -d mlx5_5`)" in (finding.remedy or "") and "<hca>" not in (finding.remedy or "")
+    narrow = dgx_h100()
+    port_of(narrow, "mlx5_2:1").rate = LinkRate(100, 1, "NDR", 106.25)
+    assert "`mlxlink -d mlx5_2 -m`" in (only(run(narrow, pack_name="dgx-h100"), "mlx5_2:1").remedy or "")
+
+
+def ib_storage_node():
+    """DGX H100 plus a dual-port ConnectX-7 storage card in IB mode at NDR200 2X (mlx5_8, mlx5_9)."""
+    inventory = dgx_h100(storage=False)
+    for index in (8, 9):
+        hca = ib_hca(index, rate=LinkRate(200, 2, "NDR", 106.25))
+        hca.numa_node = 3                    # no GPU on that NUMA node: not next to a GPU
+        inventory.hcas.append(hca)
+    return inventory
+
+
+def test_storage_ports_are_compared_only_with_their_own_class() -> None:
+    inventory = ib_storage_node()
+    findings = run(inventory, pack_name="dgx-h100")
+    storage = only(findings, "mlx5_8:1")
+    assert storage.status is Status.PASS and storage.evidence["port_class"] == "storage"
+    assert storage.summary == ("200 Gb/s (2X NDR) as expected (the rate and width most of the 2 active MT4129 "
+                               "'storage' ports run at)")
+    assert storage.evidence["gpu_proximity"].startswith("no GPU on NUMA node 3 (NUMA fallback: ")
+    assert {finding.status for finding in findings} == {Status.PASS}
+    # Without port classes every MT4129 IB port is one peer group: the storage ports look degraded.
+    assert only(run(inventory), "mlx5_8:1").status is Status.FAIL
+
+
+def test_virtual_function_is_skipped_and_is_no_peer() -> None:
+    inventory = dgx_h100(storage=False)
+    for index in range(10, 19):             # 9 VFs at HDR would outvote the 8 NDR rails as peers
+        vf = ib_hca(index, rate=HDR)
+        vf.ca_type, vf.physical_function = "MT4129", inventory.hcas[0].pci_address
+        inventory.hcas.append(vf)
+    findings = run(inventory)
+    assert only(findings, "mlx5_10:1").status is Status.SKIP
+    assert only(findings, "mlx5_10:1").summary == ("SR-IOV virtual function of 0000:18:00.0 (mlx5_0): judged "
+                                                    "through its physical function")
+    assert {finding.status for finding in findings if finding.subject in {f"mlx5_{i}:1" for i in range(8)}} == {
+        Status.PASS}

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 from inventory_factory import dgx_h100, only, port_of, roce_node, run_check, site_pack, sources
-from netdoctor.inventory.model import PhysState, PortState, SourceState
+from netdoctor.inventory.model import Netdev, PhysState, PortState, SourceState
 from netdoctor.report.model import Status
 from netdoctor_plugins.mtu import mtu
 
@@ -16,13 +17,18 @@ def run(inventory, **kwargs):
     return run_check(mtu, CHECK, inventory, **kwargs)
 
 
-def test_healthy_dgx_passes_ib_ipoib_and_the_storage_netdev() -> None:
+def test_healthy_dgx_passes_ib_ipoib_and_skips_the_storage_netdev() -> None:
     findings = run(dgx_h100(), pack_name="dgx-h100")
-    assert {finding.status for finding in findings} == {Status.PASS}
+    assert {finding.status for finding in findings if finding.subject != "bond0"} == {Status.PASS}
     assert only(findings, "mlx5_0:1").summary == "IB active MTU 4096"
     assert only(findings, "ibp0s0").summary == "IPoIB netdev MTU 4092"
-    assert only(findings, "bond0").summary == "RoCE netdev MTU 9000"
+    storage = only(findings, "bond0")
+    assert storage.status is Status.SKIP
+    assert storage.summary == ("mlx5_bond_0:1: port class 'storage' is not a RoCE compute rail (role storage); "
+                               "RoCE MTU not judged")
     assert len(findings) == 8 + 8 + 1
+    # Without port classes (default pack) the same Ethernet RDMA port is assumed RoCE and judged.
+    assert only(run(dgx_h100()), "bond0").summary == "RoCE netdev MTU 9000"
 
 
 def test_ib_mtu_2048_warns_with_the_sm_remedy() -> None:
@@ -42,6 +48,7 @@ def test_ib_mtu_limited_by_the_hca_points_at_the_hca() -> None:
     finding = only(run(inventory, overrides={"ib_mtu_severity": "fail"}), "mlx5_3:1")
     assert finding.status is Status.FAIL
     assert (finding.remedy or "").startswith("the HCA port's max MTU is 2048")
+    assert "`mlxconfig -d mlx5_3 q`" in (finding.remedy or "")
 
 
 def test_roce_netdev_at_1500_warns() -> None:
@@ -121,3 +128,27 @@ def test_down_ib_port_and_unused_class_are_skipped(tmp_path: Path) -> None:
     findings = run(dgx_h100(), rule_pack=pack)
     assert only(findings, "mlx5_7:1").status is Status.SKIP
     assert only(findings, "ibp7s0").status is Status.SKIP
+
+
+def test_virtual_function_and_its_ipoib_netdev_are_skipped() -> None:
+    inventory = dgx_h100()
+    vf = copy.deepcopy(inventory.hca("mlx5_0"))
+    vf.name, vf.pci_address, vf.physical_function = "mlx5_12", "0000:18:00.1", inventory.hca("mlx5_0").pci_address
+    vf.ports[1].hca, vf.ports[1].active_mtu, vf.ports[1].netdev = "mlx5_12", 1024, "ibp24s0v1"
+    inventory.hcas.append(vf)
+    inventory.netdevs.append(Netdev("ibp24s0v1", mtu=1500, arp_type=32, rdma_port="mlx5_12:1"))
+    findings = run(inventory, pack_name="dgx-h100")
+    assert only(findings, "mlx5_12:1").status is Status.SKIP
+    assert "SR-IOV virtual function of" in only(findings, "mlx5_12:1").summary
+    assert [finding for finding in findings if finding.subject == "ibp24s0v1"] == []
+    assert {finding.status for finding in findings if finding.subject not in ("mlx5_12:1", "bond0")} == {Status.PASS}
+
+
+def test_roce_frontend_port_is_skipped_by_the_roce_pack() -> None:
+    inventory = roce_node()
+    inventory.hcas[7].ca_type = "MT4127"          # a ConnectX-6 Lx frontend NIC at MTU 1500
+    inventory.netdev("ens8f0np0").mtu = 1500
+    finding = only(run(inventory, pack_name="roce"), "ens8f0np0")
+    assert finding.status is Status.SKIP
+    assert "port class 'frontend' is not a RoCE compute rail (role management)" in finding.summary
+    assert only(run(inventory), "ens8f0np0").status is Status.WARN      # default: every RDMA Ethernet port

@@ -14,6 +14,7 @@ from tests.inventory_factory_b import (
     by_subject,
     dgx_inventory,
     gpu,
+    ib_hca,
     pack_section,
     pcie_link as link,
     run_check,
@@ -100,18 +101,24 @@ def test_sysfs_used_when_nvml_lacks_pcie() -> None:
     assert finding.status is Status.FAIL and finding.evidence["source"] == "sysfs"
 
 
-def test_nic_below_max_speed_or_width_fails() -> None:
+def test_nic_below_max_speed_warns_by_default_and_fails_on_dgx_narrow_always_fails() -> None:
     inventory = dgx_inventory()
     inventory.pcie[NIC_ADDRESSES[3]] = link(NIC_ADDRESSES[3], 4, 16)
     inventory.pcie[NIC_ADDRESSES[6]] = link(NIC_ADDRESSES[6], 5, 8)
     findings = run(inventory)
     slow = only(findings, NIC_ADDRESSES[3])
-    assert slow.status is Status.FAIL and slow.rule == "nic_low_speed_severity"
-    assert slow.summary == "mlx5_3 PCIe link runs at 16 GT/s Gen4 x16, below its maximum 32 GT/s Gen5 x16"
-    assert NIC_ADDRESSES[3] in slow.remedy
+    # sysfs max_link_speed is the card's maximum: a Gen5 card in a Gen4 slot reads the same.
+    assert slow.status is Status.WARN and slow.rule == "nic_low_speed_severity"
+    assert slow.summary == ("mlx5_3 PCIe link runs at 16 GT/s Gen4 x16, below the card's maximum 32 GT/s Gen5 x16: "
+                            "a slower slot, or a link that trained down")
+    assert f"lspci -vv -s {NIC_ADDRESSES[3]}" in slow.remedy and "upstream port" in slow.remedy
+    assert "LnkCap" in slow.remedy
     narrow = only(findings, NIC_ADDRESSES[6])
     assert narrow.status is Status.FAIL and narrow.rule == "low_width_severity"
-    assert only(run(inventory, nic_low_speed_severity="warn"), NIC_ADDRESSES[3]).status is Status.WARN
+    assert "reseat the NIC" in narrow.remedy and "upstream port" not in narrow.remedy
+    # DGX H100 rail NICs sit in Gen5 slots by design: a Gen4 link is a fault there.
+    on_dgx = only(run(inventory, "dgx-h100"), NIC_ADDRESSES[3])
+    assert on_dgx.status is Status.FAIL and on_dgx.rule == "nic_low_speed_severity"
 
 
 def test_missing_facts_are_unknown_with_reason() -> None:
@@ -129,10 +136,41 @@ def test_missing_facts_are_unknown_with_reason() -> None:
 
 def test_software_rdma_device_is_skipped_and_empty_node_skips() -> None:
     inventory = dgx_inventory(gpus=[gpu(0)])
-    inventory.hcas[0].pci_address = None
-    assert only(run(inventory), "mlx5_0").status is Status.SKIP
+    rxe = inventory.hcas[0]
+    rxe.name, rxe.ca_type, rxe.pci_address = "rxe0", None, None
+    skipped = only(run(inventory), "rxe0")
+    assert skipped.status is Status.SKIP and "software RDMA device" in skipped.summary
+    siw = dgx_inventory(gpus=[gpu(0)])
+    siw.hcas[0].name, siw.hcas[0].pci_address = "siw_eth0", None
+    assert only(run(siw), "siw_eth0").status is Status.SKIP
     empty = dgx_inventory(gpus=[], hcas=[], topology=None)
     assert only(run(empty), "node").status is Status.SKIP
+
+
+def test_mellanox_hca_without_a_pci_address_is_unknown_not_a_software_device() -> None:
+    inventory = dgx_inventory(gpus=[gpu(0)])
+    inventory.hcas[0].pci_address = None          # sysfs had no device link for it
+    finding = only(run(inventory), "mlx5_0")
+    assert finding.status is Status.UNKNOWN
+    assert finding.summary == "mlx5_0 (MT4129): PCI address unknown (no device link in sysfs)"
+    assert finding.evidence == {"hca": "mlx5_0", "ca_type": "MT4129"}
+
+
+def test_virtual_function_is_judged_through_its_physical_function() -> None:
+    inventory = dgx_inventory(gpus=[gpu(0)])
+    vf = ib_hca(0)
+    vf.name, vf.ca_type, vf.pci_address = "mlx5_12", "MT4126", "0000:1a:00.1"
+    vf.physical_function = NIC_ADDRESSES[0]
+    inventory.hcas.append(vf)                    # no PCIe facts: a VF's link is its PF's
+    findings = run(inventory)
+    skipped = only(findings, "0000:1a:00.1")
+    assert skipped.status is Status.SKIP
+    assert skipped.summary == ("mlx5_12: SR-IOV virtual function of 0000:1a:00.0 (mlx5_0): judged through its "
+                               "physical function")
+    assert only(findings, NIC_ADDRESSES[0]).status is Status.PASS
+    # A VF whose PF is not on this node (a cloud VM) is judged itself: here its facts are missing.
+    inventory.hcas = [hca for hca in inventory.hcas if hca.name != "mlx5_0"]
+    assert only(run(inventory), "0000:1a:00.1").status is Status.UNKNOWN
 
 
 def test_bad_status_value_in_pack_is_a_rules_error() -> None:

@@ -9,8 +9,13 @@ from netdoctor.inventory.model import Inventory, SourceState, SourceStatus
 from netdoctor.report.model import Status
 from netdoctor_plugins.pfc_ecn import pfc_ecn
 from tests.inventory_factory_b import (
+    NIC_ADDRESSES,
+    STORAGE_NIC_ADDRESS,
     by_subject,
     dgx_inventory,
+    gpu,
+    ib_hca,
+    pack_rules,
     pack_section,
     roce_hca,
     roce_netdev,
@@ -145,3 +150,45 @@ def test_netdev_found_through_rdma_port_when_port_lacks_netdev() -> None:
 def test_bad_priority_is_a_rules_error() -> None:
     with pytest.raises(RulesError, match="rdma_priority"):
         run(roce_inventory(), rdma_priority=9)
+
+
+def test_ethernet_ports_of_a_non_compute_class_are_skipped_with_the_class_named() -> None:
+    # A DGX: 8 IB rails and one Ethernet storage port without PFC. dgx-h100 classes it storage.
+    storage = roce_hca("mlx5_8", "enp41s0f0np0", STORAGE_NIC_ADDRESS, numa_node=1)
+    inventory = dgx_inventory(hcas=[*(ib_hca(index) for index in range(8)), storage])
+    inventory.netdevs = [roce_netdev("enp41s0f0np0", "mlx5_8:1", pfc=(), trust="pcp")]
+    findings = by_subject(run_check(pfc_ecn, CHECK, inventory, pack_rules(CHECK, "dgx-h100")))
+    [skipped] = findings["enp41s0f0np0"]
+    assert skipped.status is Status.SKIP
+    assert skipped.summary == ("mlx5_8:1: port class 'storage' is not a RoCE compute rail (role storage); "
+                               "PFC/ECN not judged")
+    assert skipped.evidence == {"rdma_ports": ["mlx5_8:1"], "port_class": "storage", "role": "storage"}
+    # No classes (default pack): an RDMA Ethernet port is assumed RoCE and judged.
+    plain = by_subject(run_check(pfc_ecn, CHECK, inventory, pack_rules(CHECK, "default")))
+    assert Status.FAIL in {finding.status for finding in plain["enp41s0f0np0"]}
+
+
+def test_roce_pack_judges_rails_and_skips_the_frontend_nic() -> None:
+    rails = [roce_hca(f"mlx5_{index}", f"ens{index + 1}np0", NIC_ADDRESSES[index]) for index in range(2)]
+    frontend = roce_hca("mlx5_2", "eno1", STORAGE_NIC_ADDRESS, numa_node=1)
+    frontend.ca_type = "MT4127"              # ConnectX-6 Lx 25GbE
+    inventory = dgx_inventory(gpus=[gpu(0), gpu(1)], hcas=[*rails, frontend], topology=None)
+    inventory.netdevs = [roce_netdev("ens1np0", "mlx5_0:1"), roce_netdev("ens2np0", "mlx5_1:1"),
+                         roce_netdev("eno1", "mlx5_2:1", pfc=(), qos=False)]
+    findings = by_subject(run_check(pfc_ecn, CHECK, inventory, pack_rules(CHECK, "roce")))
+    assert [finding.status for finding in findings["ens1np0"]] == [Status.PASS]
+    assert [finding.status for finding in findings["ens2np0"]] == [Status.PASS]
+    assert [finding.status for finding in findings["eno1"]] == [Status.SKIP]
+    assert "port class 'frontend' is not a RoCE compute rail (role management)" in findings["eno1"][0].summary
+
+
+def test_virtual_function_netdev_is_skipped() -> None:
+    inventory = roce_inventory()
+    vf = roce_hca("mlx5_2", "ens1f0v0", "0000:17:00.2")
+    vf.physical_function = "0000:17:00.0"
+    inventory.hcas.append(vf)
+    inventory.netdevs.append(roce_netdev("ens1f0v0", "mlx5_2:1", pfc=(), qos=False))
+    [finding] = run(inventory)["ens1f0v0"]
+    assert finding.status is Status.SKIP
+    assert finding.summary == ("mlx5_2:1: SR-IOV virtual function of 0000:17:00.0 (mlx5_0): judged through its "
+                               "physical function")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
-from inventory_factory import dgx_h100, only, port_of, roce_node, run_check, site_pack, sources, statuses
+from inventory_factory import dgx_h100, ib_hca, only, port_of, roce_node, run_check, site_pack, sources, statuses
+from netdoctor.checks.rules import load_rules
 from netdoctor.inventory.model import PhysState, PortState, SourceState
 from netdoctor.report.model import Status
 from netdoctor_plugins.port_state import port_state
@@ -181,3 +183,129 @@ def test_unused_active_port_is_skipped_not_judged(tmp_path: Path) -> None:
     finding = only(run(inventory, rule_pack=pack), "mlx5_7:1")
     assert finding.status is Status.SKIP
     assert "unused, not judged" in finding.summary
+
+
+# -- ports down by design --------------------------------------------------------------------
+
+def never_linked(inventory, name: str) -> None:
+    """The port went DOWN/Polling with no link transition and no data since the counters were cleared."""
+    port = port_of(inventory, name)
+    port.state, port.phys_state = PortState.DOWN, PhysState.POLLING
+    port.counters.update(link_downed=0, port_xmit_data=0, port_rcv_data=0)
+
+
+def dual_port_storage(inventory) -> None:
+    """mlx5_bond_0 becomes a dual-port card: port 2 next to the ACTIVE port 1."""
+    storage = inventory.hca("mlx5_bond_0")
+    second = copy.deepcopy(storage.ports[1])
+    second.number = 2
+    storage.ports[2] = second
+
+
+def test_disabled_port_that_is_not_a_required_rail_is_skipped() -> None:
+    inventory = dgx_h100()
+    storage = port_of(inventory, "mlx5_bond_0:1")
+    storage.state, storage.phys_state = PortState.DOWN, PhysState.DISABLED
+    skipped = only(run(inventory, pack_name="dgx-h100"), "mlx5_bond_0:1")
+    assert skipped.status is Status.SKIP
+    assert skipped.summary == "DOWN/Disabled: administratively disabled (phys state Disabled)"
+    assert skipped.evidence["port_class"] == "storage" and skipped.evidence["role"] == "storage"
+    # The default pack requires no rail up: a disabled port is down by design there too.
+    rail = dgx_h100()
+    port = port_of(rail, "mlx5_7:1")
+    port.state, port.phys_state = PortState.DOWN, PhysState.DISABLED
+    assert only(run(rail), "mlx5_7:1").status is Status.SKIP
+    assert only(run(rail, pack_name="dgx-h100"), "mlx5_7:1").status is Status.FAIL
+
+
+def test_never_linked_port_next_to_an_active_sibling_is_not_cabled_by_design() -> None:
+    inventory = dgx_h100()
+    dual_port_storage(inventory)
+    never_linked(inventory, "mlx5_bond_0:2")
+    skipped = only(run(inventory, pack_name="dgx-h100"), "mlx5_bond_0:2")
+    assert skipped.status is Status.SKIP
+    assert skipped.summary == ("DOWN/Polling: never linked since counters were cleared: not cabled by design "
+                               "(sibling port mlx5_bond_0:1 is ACTIVE)")
+    assert skipped.evidence["active_sibling_ports"] == ["mlx5_bond_0:1"]
+    assert skipped.evidence["port_rcv_data"] == 0 and skipped.evidence["link_downed"] == 0
+
+
+def test_sibling_on_another_pci_function_of_the_same_card_counts() -> None:
+    # mlx5 gives each port of a dual-port card its own device: mlx5_8 (c0:00.0) and mlx5_9 (c0:00.1).
+    inventory = dgx_h100(storage=False)
+    for index, function in ((8, "0"), (9, "1")):
+        hca = ib_hca(index)
+        hca.pci_address, hca.sys_image_guid = f"0000:c0:00.{function}", None
+        inventory.hcas.append(hca)
+    never_linked(inventory, "mlx5_9:1")
+    default = load_rules("default", env={})
+    required = only(run(inventory, rule_pack=default, overrides={"compute_ports_must_be_up": True}), "mlx5_9:1")
+    # A compute port (no classes in the default pack) of a pack requiring rails up still fails...
+    assert required.status is Status.FAIL
+    # ...and where rails need not be up, the sibling on c0:00.0 makes it "not cabled by design".
+    finding = only(run(inventory), "mlx5_9:1")
+    assert finding.status is Status.SKIP and finding.evidence["active_sibling_ports"] == ["mlx5_8:1"]
+
+
+def test_never_linked_storage_port_without_an_active_sibling_fails_where_rails_must_be_up() -> None:
+    inventory = dgx_h100()
+    never_linked(inventory, "mlx5_bond_0:1")
+    assert only(run(inventory, pack_name="dgx-h100"), "mlx5_bond_0:1").status is Status.FAIL
+    # Without that requirement (default pack) any never-linked port is skipped...
+    assert only(run(inventory), "mlx5_bond_0:1").status is Status.SKIP
+
+
+def test_never_linked_is_not_by_design_when_no_port_of_the_node_is_up() -> None:
+    inventory = dgx_h100(storage=False)
+    for port in inventory.ports:
+        port.state, port.phys_state = PortState.DOWN, PhysState.POLLING
+        port.counters.update(link_downed=0, port_xmit_data=0, port_rcv_data=0)
+    assert {finding.status for finding in run(inventory) if finding.subject != "node"} == {Status.FAIL}
+
+
+def test_port_that_had_a_link_is_not_down_by_design() -> None:
+    inventory = dgx_h100()
+    dual_port_storage(inventory)
+    never_linked(inventory, "mlx5_bond_0:2")
+    port_of(inventory, "mlx5_bond_0:2").counters["link_downed"] = 1     # it was up, then went down
+    assert only(run(inventory), "mlx5_bond_0:2").status is Status.FAIL
+    port_of(inventory, "mlx5_bond_0:2").counters["link_downed"] = None  # unknown: not proven never linked
+    assert only(run(inventory), "mlx5_bond_0:2").status is Status.FAIL
+
+
+def test_compute_rail_down_on_a_rail_pack_fails_even_never_linked_with_a_sibling() -> None:
+    inventory = dgx_h100()
+    rail = inventory.hca("mlx5_4")
+    second = copy.deepcopy(rail.ports[1])
+    second.number = 2
+    rail.ports[2] = second
+    never_linked(inventory, "mlx5_4:1")
+    finding = only(run(inventory, pack_name="dgx-h100"), "mlx5_4:1")
+    assert finding.status is Status.FAIL and finding.evidence["port_class"] == "compute"
+    assert "mlxlink -d mlx5_4" in (finding.remedy or "")
+
+
+def test_remedies_name_the_real_device() -> None:
+    inventory = dgx_h100()
+    port = port_of(inventory, "mlx5_6:1")
+    port.state, port.lid = PortState.INIT, 0
+    finding = only(run(inventory), "mlx5_6:1")
+    assert "`sminfo -C mlx5_6 -P 1`" in (finding.remedy or "") and "<hca>" not in (finding.remedy or "")
+    port.state, port.phys_state = PortState.DOWN, PhysState.TRAINING
+    assert "`mlxlink -d mlx5_6`" in (only(run(inventory), "mlx5_6:1").remedy or "")
+
+
+def test_virtual_function_is_skipped_when_its_physical_function_is_here() -> None:
+    inventory = dgx_h100()
+    vf = ib_hca(12)
+    vf.ca_type, vf.pci_address, vf.physical_function = "MT4126", "0000:18:00.1", inventory.hcas[0].pci_address
+    vf.ports[1].state = PortState.DOWN
+    inventory.hcas.append(vf)
+    finding = only(run(inventory, pack_name="dgx-h100"), "mlx5_12:1")
+    assert finding.status is Status.SKIP
+    assert finding.summary == ("DOWN/LinkUp; SR-IOV virtual function of 0000:18:00.0 (mlx5_0): judged through its "
+                               "physical function")
+    assert finding.evidence["physical_function"] == "0000:18:00.0"
+    # A cloud VM sees VFs without their PF: they are the node's ports and are judged.
+    inventory.hcas = [hca for hca in inventory.hcas if hca.name != "mlx5_0"]
+    assert only(run(inventory, pack_name="dgx-h100"), "mlx5_12:1").status is Status.FAIL

@@ -28,11 +28,18 @@ def _grandchild_pid(stdout: str) -> int:
     return int(line.split()[1])
 
 
-def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+def _gone(pid: int, within_s: float = 2.0) -> bool:
+    """Dead (or a zombie) within `within_s`: SIGKILL is delivered asynchronously."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
 
 
 def test_tools_run_concurrently() -> None:

@@ -48,10 +48,12 @@ _SAMPLE = re.compile(rf"^({_NAME})(\{{(?:{_LABEL})(?:,{_LABEL})*\}})? (-?[0-9.e+
 
 
 def validate_exposition(text: str) -> dict[str, list[tuple[str, float]]]:
-    """A tiny text-format validator: HELP/TYPE before samples, every sample `name{labels} value`."""
+    """A tiny text-format validator: HELP/TYPE before samples, every sample `name{labels} value`,
+    no series twice (node_exporter's textfile collector refuses such a file)."""
     assert text.endswith("\n")
     samples: dict[str, list[tuple[str, float]]] = {}
     typed: set[str] = set()
+    series: set[tuple[str, str]] = set()
     for line in text.splitlines():
         if line.startswith("# HELP "):
             continue
@@ -65,6 +67,8 @@ def validate_exposition(text: str) -> dict[str, list[tuple[str, float]]]:
         assert match, f"not a valid sample line: {line!r}"
         name, labels, value = match.group(1), match.group(2) or "", match.group(3)
         assert name in typed, f"sample before its TYPE: {line!r}"
+        assert (name, labels) not in series, f"repeated series: {line!r}"
+        series.add((name, labels))
         samples.setdefault(name, []).append((labels, float(value)))
     return samples
 

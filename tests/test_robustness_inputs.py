@@ -41,24 +41,29 @@ def _edit_json(path: Path, **changes: Any) -> None:
     path.write_text(json.dumps(document))
 
 
-def test_nvml_driver_library_mismatch_makes_gpu_pcie_unknown_with_the_reason(tmp_path: Path) -> None:
+def test_nvml_driver_library_mismatch_fails_the_node_and_keeps_judging_from_sysfs(tmp_path: Path) -> None:
     snapshot = _copy(tmp_path)
     (snapshot / "nvml.json").unlink()
     _edit_json(snapshot / "snapshot.json", nvml_status="NVML error: Driver/library version mismatch")
     code, report = _check(snapshot)
     problems = _not_passed(report)
-    assert sorted(subject for check_id, subject in problems if check_id == "pcie-link") == [f"GPU{i}" for i in range(8)]
-    for finding in problems.values():
-        assert finding["status"] == "unknown"
-        assert "Driver/library version mismatch" in finding["summary"]
+    # The driver does not answer for the 8 GPUs on the PCI bus: the node cannot run GPU jobs.
+    assert problems[("gpu-driver", "node")]["status"] == "fail"
+    assert "Driver/library version mismatch" in problems[("gpu-driver", "node")]["summary"]
+    # Links are judged from sysfs; only the idle-looking GPUs (Gen1) cannot be told from
+    # degraded ones without NVML's P-state, and say why.
+    assert sorted(subject for check_id, subject in problems if check_id == "pcie-link") == ["GPU6", "GPU7"]
+    for check_id, subject in problems:
+        if check_id == "pcie-link":
+            assert problems[(check_id, subject)]["status"] == "unknown"
+            assert "Driver/library version mismatch" in problems[(check_id, subject)]["summary"]
     # The NICs' PCIe links, the ports and the affinity (from nvidia-smi topo) are still judged.
     statuses = {(finding["check"], finding["status"]) for finding in report["findings"]}
     assert {("port-state", "pass"), ("link-speed", "pass"), ("gpu-nic-affinity", "pass")} <= statuses
-    assert sum(1 for finding in report["findings"] if finding["check"] == "pcie-link" and finding["status"] == "pass") >= 8
-    assert code == {"pass": 0, "unknown": 3}[report["grade"]]
+    assert code == 2 and report["grade"] == "fail"
 
 
-def test_no_nvidia_driver_skips_gpu_checks_and_judges_the_fabric(tmp_path: Path) -> None:
+def test_no_nvidia_driver_fails_gpu_driver_and_judges_the_fabric(tmp_path: Path) -> None:
     snapshot = _copy(tmp_path)
     (snapshot / "nvml.json").unlink()
     (snapshot / "commands" / "nvidia-smi-topo-m.status").write_text("missing\n")
@@ -67,7 +72,7 @@ def test_no_nvidia_driver_skips_gpu_checks_and_judges_the_fabric(tmp_path: Path)
     by_check: dict[str, set[str]] = {}
     for finding in report["findings"]:
         by_check.setdefault(finding["check"], set()).add(finding["status"])
-    assert by_check["gpudirect"] == {"skip"} and by_check["gpu-nic-affinity"] == {"skip"}
+    assert by_check["gpu-driver"] == {"fail"}
     assert by_check["port-state"] == {"pass"} and by_check["error-counters"] == {"pass"}
 
 

@@ -8,9 +8,28 @@ from pathlib import Path
 import pytest
 
 from inventory_factory import dgx_h100, h100_gpus, ib_hca, port_of, roce_node
-from netdoctor.checks.rules import bundled_packs, load_rules
+from netdoctor.checks.rules import (
+    GpuProximity,
+    bundled_packs,
+    class_evidence,
+    classified_ports,
+    gpu_proximity,
+    load_rules,
+)
 from netdoctor.errors import RulesError
-from netdoctor.inventory.model import Gpu, Hca, Inventory, LinkLayer, LinkRate, Port, PortState
+from netdoctor.inventory.model import (
+    Gpu,
+    Hca,
+    Inventory,
+    LinkLayer,
+    LinkRate,
+    PhysState,
+    Port,
+    PortState,
+    SourceState,
+    SourceStatus,
+    Topology,
+)
 
 STRUCTURE = {"pack", "grade", "port-classes"}
 
@@ -162,6 +181,86 @@ def test_link_layer_match_ignores_storage_ports_of_the_packs_own_classes() -> No
     assert load_rules(None, inventory, env={}).name == "dgx-h100"
 
 
+def l40s_node(*hcas: Hca) -> Inventory:
+    gpus = [Gpu(index, name="NVIDIA L40S", numa_node=index // 2) for index in range(4)]
+    return Inventory("l40s-01", "2026-11-21T22:40:00Z", gpus=gpus, hcas=list(hcas))
+
+
+def ethernet_hca(name: str, ca_type: str, gbps: float, *, state: PortState = PortState.ACTIVE) -> Hca:
+    port = Port(name, 1, state, PhysState.LINK_UP if state is PortState.ACTIVE else PhysState.POLLING,
+                LinkRate(gbps, 1), LinkLayer.ETHERNET)
+    return Hca(name, ca_type=ca_type, numa_node=1, ports={1: port})
+
+
+def test_pcie_gpu_node_with_a_25g_management_nic_gets_pcie_only_not_roce() -> None:
+    # /tmp/rv/pcieeth: 4x L40S and one ConnectX-6 Lx (MT4127) 25GbE port that is RDMA-capable.
+    pack = load_rules(None, l40s_node(ethernet_hca("mlx5_0", "MT4127", 25)), env={})
+    assert pack.name == "pcie-only"
+    assert "0 RDMA ports >= 100 Gb/s" in pack.selection_reason
+    assert [(port_class.name, port_class.role) for port_class in pack.port_classes] == [("management", "management")]
+
+
+@pytest.mark.parametrize(("hcas", "expected", "why"), [
+    # Two fast ConnectX-6 Dx ports next to GPUs: a RoCE fabric.
+    ((ethernet_hca("mlx5_0", "MT4125", 100), ethernet_hca("mlx5_1", "MT4125", 100)), "roce",
+     "2 RDMA ports Ethernet >= 100 Gb/s on MT4125/MT4129/MT4131/MT41692"),
+    # One 400G port is not a GPU fabric (and not pcie-only either: it is a fast RDMA port).
+    ((ethernet_hca("mlx5_0", "MT4129", 400),), "default", ""),
+    # Two 25G ConnectX-6 Lx ports: management NICs.
+    ((ethernet_hca("mlx5_0", "MT4127", 25), ethernet_hca("mlx5_1", "MT4127", 25)), "pcie-only", ""),
+    # Rails down report a placeholder rate: they count by HCA type.
+    ((ethernet_hca("mlx5_0", "MT4129", 40, state=PortState.DOWN),
+      ethernet_hca("mlx5_1", "MT4129", 40, state=PortState.DOWN)), "roce", ""),
+])
+def test_roce_pack_needs_two_fast_ports_on_gpu_fabric_nics(hcas: tuple[Hca, ...], expected: str, why: str) -> None:
+    pack = load_rules(None, l40s_node(*hcas), env={})
+    assert pack.name == expected
+    assert why in pack.selection_reason
+
+
+def test_roce_pack_needs_gpus() -> None:
+    inventory = roce_node()
+    inventory.gpus = []
+    assert load_rules(None, inventory, env={}).name == "default"
+
+
+def test_fast_ib_on_a_pcie_gpu_node_is_not_pcie_only() -> None:
+    hcas = [ib_hca(index) for index in range(2)]
+    pack = load_rules(None, l40s_node(*hcas), env={})
+    assert pack.name == "default"
+
+
+def test_match_reasons_say_which_fabric_count_failed() -> None:
+    from netdoctor.checks.rules import match_reasons
+    roce = load_rules("roce", env={})
+    holds, reasons = match_reasons(roce.data, roce.port_classes, l40s_node(ethernet_hca("mlx5_0", "MT4129", 400)))
+    assert not holds
+    assert reasons == ["1 RDMA ports Ethernet >= 100 Gb/s on MT4125/MT4129/MT4131/MT41692, fewer than 2"]
+    pcie = load_rules("pcie-only", env={})
+    holds, reasons = match_reasons(pcie.data, pcie.port_classes, l40s_node(ib_hca(0)))
+    assert not holds and reasons == ["1 RDMA ports >= 100 Gb/s, more than 0"]
+
+
+def test_virtual_functions_do_not_count_twice_as_fabric_ports() -> None:
+    from netdoctor.checks.rules import match_reasons
+    pf = ethernet_hca("mlx5_0", "MT4129", 400)
+    pf.pci_address = "0000:18:00.0"
+    vf = ethernet_hca("mlx5_1", "MT4126", 400)
+    vf.ca_type, vf.pci_address, vf.physical_function = "MT4129", "0000:18:00.1", "0000:18:00.0"
+    roce = load_rules("roce", env={})
+    holds, reasons = match_reasons(roce.data, roce.port_classes, l40s_node(pf, vf))
+    assert not holds and reasons[0].startswith("1 RDMA ports")
+
+
+def test_fabric_match_keys_are_type_checked(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.toml", '[pack]\nname = "x"\n[pack.match]\nmin_port_rate_gbps = true\n')
+    with pytest.raises(RulesError, match="min_port_rate_gbps = True has the wrong type"):
+        load_rules(str(path), env={})
+    path.write_text('[pack]\nname = "x"\n[pack.match]\nmin_fabric_ports = 1.5\n')
+    with pytest.raises(RulesError, match="min_fabric_ports = 1.5 has the wrong type"):
+        load_rules(str(path), env={})
+
+
 def test_no_inventory_selects_default() -> None:
     pack = load_rules(None, None, env={})
     assert pack.name == "default"
@@ -256,13 +355,91 @@ def test_port_class_matching_by_link_layer_type_and_glob() -> None:
     inventory = dgx_h100()
     bond = inventory.hca("mlx5_bond_0")
     assert bond is not None
-    assert pack.port_class(bond.ports[1], bond).name == "storage"
-    assert pack.port_class(port_of(inventory, "mlx5_0:1"), inventory.hcas[0]).name == "compute"
-    # An IB port of another HCA type matches no class.
+    assert pack.port_class(bond.ports[1], bond, inventory).name == "storage"
+    assert pack.port_class(port_of(inventory, "mlx5_0:1"), inventory.hcas[0], inventory).name == "compute"
+    # An IB port of another HCA type is not a rail: the storage class catches the rest.
     other = Hca("mlx5_9", ca_type="MT4123")
-    assert pack.port_class(Port("mlx5_9", 1, PortState.ACTIVE, link_layer=LinkLayer.INFINIBAND), other) is None
-    # Unknown link layer never matches a class that names one.
-    assert pack.port_class(Port("mlx5_0", 1), inventory.hcas[0]) is None
+    ib_port = Port("mlx5_9", 1, PortState.ACTIVE, link_layer=LinkLayer.INFINIBAND)
+    assert pack.port_class(ib_port, other, inventory).name == "storage"
+    # In the roce pack (Ethernet classes only) it matches no class; nor does an unknown link layer.
+    roce = load_rules("roce", env={})
+    assert roce.port_class(ib_port, other, inventory) is None
+    assert roce.port_class(Port("mlx5_0", 1), inventory.hcas[0], inventory) is None
+    assert roce.port_class(Port("mlx5_0", 1, link_layer=LinkLayer.ETHERNET), other, inventory).name == "frontend"
+
+
+# -- near_gpu ----------------------------------------------------------------------------
+
+def topology_of(levels: dict[str, dict[str, str]]) -> Topology:
+    """A `nvidia-smi topo -m` matrix: HCA name -> {GPU label -> level}; NIC labels in order."""
+    names = {f"NIC{index}": name for index, name in enumerate(levels)}
+    links = {(gpu, label): level for label, name in names.items() for gpu, level in levels[name].items()}
+    gpus = tuple(sorted({gpu for row in levels.values() for gpu in row}))
+    return Topology(gpus, tuple(names), links, names)
+
+
+def storage_ib_node() -> Inventory:
+    """DGX H100 whose dual-port ConnectX-7 storage card runs InfiniBand (NDR200 2X), PCIe NODE to the GPUs."""
+    inventory = dgx_h100(storage=False)
+    for index in (8, 9):
+        inventory.hcas.append(ib_hca(index, rate=LinkRate(200, 2, "NDR")))
+    rows = {f"mlx5_{index}": {f"GPU{gpu}": ("PIX" if gpu == index else "NODE" if (gpu < 4) == (index < 4) else "SYS")
+                              for gpu in range(8)} for index in range(8)}
+    rows.update({name: {f"GPU{gpu}": "SYS" if gpu < 4 else "NODE" for gpu in range(8)}
+                 for name in ("mlx5_8", "mlx5_9")})
+    inventory.topology = topology_of(rows)
+    return inventory
+
+
+def test_near_gpu_keeps_ib_storage_ports_out_of_the_compute_rails() -> None:
+    inventory = storage_ib_node()
+    pack = load_rules("dgx-h100", env={})
+    classes = {port.name: port_class.name for _, port, port_class in classified_ports(inventory, pack.section("x"))}
+    assert classes == {**{f"mlx5_{index}:1": "compute" for index in range(8)},
+                       "mlx5_8:1": "storage", "mlx5_9:1": "storage"}
+    assert gpu_proximity(inventory, inventory.hcas[3]) == GpuProximity(True, "PIX to GPU3 in nvidia-smi topo -m")
+    assert gpu_proximity(inventory, inventory.hcas[8]) == GpuProximity(
+        False, "no GPU at PIX/PXB in nvidia-smi topo -m (only NODE, SYS)")
+    # The class ignoring placement still calls the storage card a compute-class card (for gpu-nic-affinity).
+    assert pack.port_class_ignoring_placement(inventory.hcas[8].ports[1], inventory.hcas[8]).name == "compute"
+    storage_class = pack.port_class(inventory.hcas[8].ports[1], inventory.hcas[8], inventory)
+    assert class_evidence(inventory, inventory.hcas[8], storage_class) == {"port_class": "storage", "role": "storage"}
+    # Given the pack, the evidence says why the storage card is not a rail.
+    assert class_evidence(inventory, inventory.hcas[8], storage_class, pack.section("port-state")) == {
+        "port_class": "storage", "role": "storage",
+        "gpu_proximity": "no GPU at PIX/PXB in nvidia-smi topo -m (only NODE, SYS)"}
+
+
+def test_near_gpu_without_topology_falls_back_to_numa_and_says_so() -> None:
+    inventory = storage_ib_node()
+    inventory.topology = None
+    inventory.sources["nvidia-smi-topo-m"] = SourceStatus("nvidia-smi-topo-m", SourceState.TIMEOUT, "after 10 s")
+    inventory.hcas[8].numa_node = 3          # a socket without GPUs
+    near = gpu_proximity(inventory, inventory.hcas[0])
+    assert near.near is True
+    assert near.basis == ("NUMA node 0 shared with GPU0 (NUMA fallback: no nvidia-smi topo -m matrix "
+                          "(nvidia-smi-topo-m timed out: after 10 s))")
+    far = gpu_proximity(inventory, inventory.hcas[8])
+    assert far.near is False and far.basis.startswith("no GPU on NUMA node 3 (NUMA fallback: ")
+    pack = load_rules("dgx-h100", env={})
+    port_class = pack.port_class(inventory.hcas[0].ports[1], inventory.hcas[0], inventory)
+    assert class_evidence(inventory, inventory.hcas[0], port_class)["gpu_proximity"] == near.basis
+    # No NUMA facts either: cannot tell, and the first class (compute) takes the port.
+    inventory.hcas[8].numa_node = None
+    assert gpu_proximity(inventory, inventory.hcas[8]).near is None
+    assert pack.port_class(inventory.hcas[8].ports[1], inventory.hcas[8], inventory).name == "compute"
+    # An HCA missing from a matrix that has a NIC legend also falls back to NUMA.
+    inventory.topology = topology_of({"mlx5_0": {"GPU0": "PIX"}})
+    assert gpu_proximity(inventory, inventory.hcas[1]).basis == (
+        "NUMA node 0 shared with GPU0 (NUMA fallback: mlx5_1 is not in the nvidia-smi topo -m matrix)")
+
+
+def test_near_gpu_must_be_a_boolean(tmp_path: Path) -> None:
+    path = write(tmp_path, "x.toml", '[pack]\nname = "x"\n[port-classes.c]\nnear_gpu = "yes"\n')
+    with pytest.raises(RulesError, match="near_gpu = 'yes' has the wrong type"):
+        load_rules(str(path), env={})
+    path.write_text('[pack]\nname = "x"\n[port-classes.c]\nnear_gpu = false\n')
+    assert load_rules(str(path), env={}).port_classes[0].near_gpu is False
 
 
 def test_to_toml_round_trips_the_merged_pack(tmp_path: Path) -> None:

@@ -19,14 +19,14 @@ import re
 import tomllib
 from collections import Counter
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import structlog
 
 from netdoctor.errors import RulesError
-from netdoctor.inventory.model import Hca, Inventory, LinkLayer, Port
+from netdoctor.inventory.model import Hca, Inventory, LinkLayer, Port, PortState
 
 log = structlog.get_logger(__name__)
 
@@ -44,14 +44,21 @@ PORT_CLASS_FIELDS = {
     "role": str,
     "expected_rate_gbps": (int, float),
     "expected_width": int,
+    "near_gpu": bool,
 }
-MATCH_FIELDS = {
+MATCH_FIELDS: dict[str, type | tuple[type, ...]] = {
     "gpu_name": str,
     "hca_types": list,
     "link_layer": str,
     "min_gpus": int,
     "has_rdma": bool,
+    "min_fabric_ports": int,
+    "max_fabric_ports": int,
+    "min_port_rate_gbps": (int, float),
 }
+# PCIe distances from `nvidia-smi topo -m` that put a NIC next to a GPU: at most one bridge
+# (PIX) or several bridges of one PCIe switch tree (PXB), never through the CPU's root complex.
+NEAR_GPU_LEVELS = ("PIX", "PXB")
 # Tables of a pack that are not check sections.
 STRUCTURE_TABLES = ("pack", "grade", "port-classes")
 
@@ -71,9 +78,13 @@ class PortClass:
     link_layer: str | None = None
     hca_types: tuple[str, ...] = ()
     hca_names: tuple[str, ...] = ()        # globs, e.g. "mlx5_bond_*"
+    near_gpu: bool | None = None           # the HCA sits on a GPU's PCIe switch (PIX/PXB)
     description: str = ""
 
-    def matches(self, port: Port, hca: Hca) -> bool:
+    def matches(self, port: Port, hca: Hca, inventory: Inventory | None = None) -> bool:
+        """All given match fields hold. `near_gpu` needs the inventory; where it cannot be told
+        (no inventory, no matrix and no NUMA facts) it does not constrain, so the first class in
+        file order (the compute rails, by convention) takes the port and judges it strictly."""
         if self.link_layer is not None:
             if port.link_layer is None or str(port.link_layer).lower() != self.link_layer.lower():
                 return False
@@ -81,7 +92,55 @@ class PortClass:
             return False
         if self.hca_names and not any(fnmatch.fnmatchcase(hca.name, pattern) for pattern in self.hca_names):
             return False
+        if self.near_gpu is not None and inventory is not None:
+            near = gpu_proximity(inventory, hca).near
+            if near is not None and near != self.near_gpu:
+                return False
         return True
+
+
+@dataclass(frozen=True)
+class GpuProximity:
+    """Whether an HCA sits next to a GPU, and on what evidence (`basis`, for findings)."""
+
+    near: bool | None          # None: cannot be told
+    basis: str
+
+
+def gpu_proximity(inventory: Inventory, hca: Hca) -> GpuProximity:
+    """Is `hca` PIX or PXB to at least one GPU in `nvidia-smi topo -m`?
+
+    Without a usable matrix (nvidia-smi missing or hung, no NIC legend, the HCA not in it)
+    the fallback is weaker: the HCA shares a NUMA node with a GPU. On a two-socket node with
+    GPUs on both sockets every NIC passes it, so the basis says which one was used.
+    """
+    topology = inventory.topology
+    if topology is None:
+        why = f"no nvidia-smi topo -m matrix ({inventory.source('nvidia-smi-topo-m').reason()})"
+    elif not topology.nic_names:
+        why = "nvidia-smi topo -m printed no NIC legend"
+    else:
+        label = topology.nic_label(hca.name)
+        levels = {gpu: topology.link(gpu, label) for gpu in topology.gpus} if label else {}
+        known = {gpu: level for gpu, level in levels.items() if level is not None}
+        if known:
+            near = [gpu for gpu, level in known.items() if level in NEAR_GPU_LEVELS]
+            if near:
+                return GpuProximity(True, f"{known[near[0]]} to {near[0]} in nvidia-smi topo -m")
+            summary = ", ".join(sorted(set(known.values())))
+            return GpuProximity(False, f"no GPU at PIX/PXB in nvidia-smi topo -m (only {summary})")
+        why = f"{hca.name} is not in the nvidia-smi topo -m matrix"
+    if not inventory.gpus:
+        return GpuProximity(None, f"no GPUs known and {why}")
+    gpu_nodes = {gpu.numa_node for gpu in inventory.gpus if gpu.numa_node is not None}
+    if hca.numa_node is None or not gpu_nodes:
+        return GpuProximity(None, f"{why}, and the NUMA node of {hca.name} or of the GPUs is unknown")
+    sharing = [gpu.label for gpu in sorted(inventory.gpus, key=lambda gpu: gpu.index)
+               if gpu.numa_node == hca.numa_node]
+    if sharing:
+        return GpuProximity(True, f"NUMA node {hca.numa_node} shared with {sharing[0]} "
+                                  f"(NUMA fallback: {why})")
+    return GpuProximity(False, f"no GPU on NUMA node {hca.numa_node} (NUMA fallback: {why})")
 
 
 class RuleSection(Mapping[str, Any]):
@@ -146,8 +205,19 @@ class RulePack:
         key = rule if rule.startswith(f"{check_id}.") else f"{check_id}.{rule}"
         return key in self.shadow
 
-    def port_class(self, port: Port, hca: Hca) -> PortClass | None:
-        return next((port_class for port_class in self.port_classes if port_class.matches(port, hca)), None)
+    def port_class(self, port: Port, hca: Hca, inventory: Inventory | None = None) -> PortClass | None:
+        """The first class (file order) that matches; `inventory` is needed for `near_gpu`."""
+        return next((port_class for port_class in self.port_classes
+                     if port_class.matches(port, hca, inventory)), None)
+
+    def port_class_ignoring_placement(self, port: Port, hca: Hca) -> PortClass | None:
+        """The class the port would get if `near_gpu` were not asked.
+
+        Tells a misplaced rail NIC (a compute-class card moved away from its GPU, which
+        gpu-nic-affinity must still see and fail) from a storage NIC of another kind.
+        """
+        return next((port_class for port_class in self.port_classes
+                     if replace(port_class, near_gpu=None).matches(port, hca)), None)
 
     def to_toml(self) -> str:
         """The merged pack as TOML, with where it came from in a header comment."""
@@ -350,7 +420,7 @@ def _validate(data: dict[str, Any], origin: str) -> list[PortClass]:
         expected = MATCH_FIELDS.get(key)
         if expected is None:
             raise RulesError(f"rule pack {origin}: unknown [pack.match] key {key!r}; known: {', '.join(MATCH_FIELDS)}")
-        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
             raise RulesError(f"rule pack {origin}: [pack.match] {key} = {value!r} has the wrong type")
     if "gpu_name" in match:
         try:
@@ -381,7 +451,7 @@ def _port_classes(table: Any, origin: str) -> list[PortClass]:
             if expected is None:
                 raise RulesError(f"rule pack {origin}: port-classes.{name} has unknown key {key!r}; "
                                  f"known: {', '.join(PORT_CLASS_FIELDS)}")
-            if not isinstance(value, expected) or isinstance(value, bool):
+            if not isinstance(value, expected) or (expected is not bool and isinstance(value, bool)):
                 raise RulesError(f"rule pack {origin}: port-classes.{name}.{key} = {value!r} has the wrong type")
         role = spec.get("role", "compute")
         if role not in ROLES:
@@ -399,6 +469,7 @@ def _port_classes(table: Any, origin: str) -> list[PortClass]:
             link_layer=link_layer,
             hca_types=tuple(str(item) for item in spec.get("hca_types", [])),
             hca_names=tuple(str(item) for item in spec.get("hca_names", [])),
+            near_gpu=spec.get("near_gpu"),
             description=spec.get("description", ""),
         ))
     return classes
@@ -411,7 +482,7 @@ def _compute_link_layers(inventory: Inventory, classes: list[PortClass]) -> set[
     layers: Counter[str] = Counter()
     for hca in inventory.hcas:
         for port in hca.ports.values():
-            port_class = next((item for item in classes if item.matches(port, hca)), None)
+            port_class = next((item for item in classes if item.matches(port, hca, inventory)), None)
             if port_class is not None and port_class.role != "compute":
                 continue
             if port.link_layer is not None:
@@ -420,6 +491,49 @@ def _compute_link_layers(inventory: Inventory, classes: list[PortClass]) -> set[
         return set()
     top = max(layers.values())
     return {layer for layer, count in layers.items() if count == top}
+
+
+def _fabric_ports(match: Mapping[str, Any], inventory: Inventory) -> list[Port]:
+    """The RDMA ports that could carry a GPU fabric, for `min_fabric_ports`/`max_fabric_ports`.
+
+    A port counts when it has the match's `link_layer` and its HCA one of the match's
+    `hca_types` (where given), and it runs at `min_port_rate_gbps` or more. A port that is
+    not ACTIVE reports a placeholder rate (40 on a down 400G port), so it counts by its HCA
+    type alone, and only when the match names `hca_types`. The pack's port classes are not
+    consulted: a pack that classes every port as management must still be told apart from a
+    node with a real fabric. SR-IOV VFs whose physical function is here are not counted twice.
+    """
+    layer = match.get("link_layer")
+    types = match.get("hca_types")
+    minimum = match.get("min_port_rate_gbps")
+    counted: list[Port] = []
+    for hca in inventory.hcas:
+        if physical_function(inventory, hca) is not None:
+            continue
+        if types is not None and hca.ca_type not in types:
+            continue
+        for port in hca.ports.values():
+            if layer is not None and (port.link_layer is None or str(port.link_layer).lower() != layer.lower()):
+                continue
+            if minimum is not None:
+                if port.state is not PortState.ACTIVE:
+                    if types is None:
+                        continue
+                elif port.rate is None or port.rate.gbps is None or port.rate.gbps < minimum:
+                    continue
+            counted.append(port)
+    return counted
+
+
+def _describe_fabric_filter(match: Mapping[str, Any]) -> str:
+    parts = []
+    if "link_layer" in match:
+        parts.append(str(match["link_layer"]))
+    if "min_port_rate_gbps" in match:
+        parts.append(f">= {match['min_port_rate_gbps']:g} Gb/s")
+    if "hca_types" in match:
+        parts.append(f"on {'/'.join(match['hca_types'])}")
+    return " ".join(["RDMA ports", *parts])
 
 
 def match_reasons(data: Mapping[str, Any], classes: list[PortClass], inventory: Inventory) -> tuple[bool, list[str]]:
@@ -453,6 +567,14 @@ def match_reasons(data: Mapping[str, Any], classes: list[PortClass], inventory: 
         if has_rdma != match["has_rdma"]:
             return False, ["node has RDMA ports" if has_rdma else "node has no RDMA ports"]
         held.append("has RDMA ports" if has_rdma else "no RDMA ports")
+    if "min_fabric_ports" in match or "max_fabric_ports" in match:
+        count = len(_fabric_ports(match, inventory))
+        what = _describe_fabric_filter(match)
+        if "min_fabric_ports" in match and count < match["min_fabric_ports"]:
+            return False, [f"{count} {what}, fewer than {match['min_fabric_ports']}"]
+        if "max_fabric_ports" in match and count > match["max_fabric_ports"]:
+            return False, [f"{count} {what}, more than {match['max_fabric_ports']}"]
+        held.append(f"{count} {what}")
     return True, held
 
 
@@ -567,8 +689,47 @@ def classified_ports(inventory: Inventory, rules: Mapping[str, Any]) -> list[tup
     for hca in sorted(inventory.hcas, key=lambda item: _natural_key(item.name)):
         for number in sorted(hca.ports):
             port = hca.ports[number]
-            result.append((hca, port, pack.port_class(port, hca) if pack else None))
+            result.append((hca, port, pack.port_class(port, hca, inventory) if pack else None))
     return result
+
+
+def role_of(port_class: PortClass | None) -> str:
+    """A port no class matches is a compute port (the doc's rule: judged strictly)."""
+    return port_class.role if port_class is not None else "compute"
+
+
+def class_evidence(inventory: Inventory, hca: Hca, port_class: PortClass | None,
+                   rules: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Evidence of how a port was classed: class, role, and the GPU proximity the pack's
+    classes relied on (`rules`: the check's section, to see whether any class asks `near_gpu`)."""
+    evidence: dict[str, Any] = {"port_class": port_class.name if port_class else None, "role": role_of(port_class)}
+    pack = pack_of(rules) if rules is not None else None
+    classes = pack.port_classes if pack is not None else ([port_class] if port_class is not None else [])
+    if any(item.near_gpu is not None for item in classes):
+        evidence["gpu_proximity"] = gpu_proximity(inventory, hca).basis
+    return evidence
+
+
+def physical_function(inventory: Inventory, hca: Hca) -> Hca | None:
+    """The RDMA device of an SR-IOV VF's physical function, when this node has it.
+
+    A VF shares its PF's physical link (its port state follows the PF and the vport, its
+    PCIe link is the PF's): such a VF is judged through its PF. A VF whose PF is not an RDMA
+    device here (a cloud VM sees only VFs, and no `physfn` link) is judged itself.
+    """
+    if hca.physical_function is None:
+        return None
+    return next((other for other in inventory.hcas
+                 if other is not hca and other.pci_address == hca.physical_function), None)
+
+
+def virtual_function_note(inventory: Inventory, hca: Hca) -> str | None:
+    """The skip sentence for a VF judged through its PF, or None when `hca` is judged itself."""
+    parent = physical_function(inventory, hca)
+    if parent is None:
+        return None
+    return (f"SR-IOV virtual function of {hca.physical_function} ({parent.name}): judged through its "
+            "physical function")
 
 
 def unavailable_reason(inventory: Inventory, *source_names: str) -> str:

@@ -10,15 +10,16 @@ memory holds summaries, not reports. Their stderr tells who timed out or failed:
     clush: n2: command timeout
     srun: error: n2: task 1: Exited with exit code 2
 
-Saved files (`fleet report FILE|DIR ...`): a file that holds JSON, a `*.json` file, and
-any file found in a directory given (unless it reads as `host: line` output) is one
-node's report file. Its node is the `host` of the report inside; a file without a usable
-report is listed under its file name without the last suffix (`bad.json` -> `bad`):
-`invalid` when it holds something else (garbage, broken JSON), `unreachable` when it is
-empty (the node gave no answer). Other files are parallel-shell output; one of them in
-which no line names a host is listed the same way, as `invalid`. `*.err` files are
-stderr captures: they explain nodes and never name one by themselves (an empty
-`sweep.err` is the normal case).
+Saved files (`fleet report FILE|DIR ...`) are of two kinds. One node's report file: a
+file that starts with JSON; or a `*.json` file, or any file found in a directory given,
+whose first line does not read as `host: line` output. Its node is the `host` of the
+report inside; without a usable report it is listed under the file name less its last
+suffix (`bad.json` -> `bad`): `invalid` when it holds anything else (garbage, broken
+JSON), `unreachable` when it is empty (the node gave no answer). Otherwise parallel-shell
+output, whose hosts are listed; such a file in which no line names a host is listed
+under its name as `invalid`, and an empty one names nobody. `*.err` files are stderr
+captures: they explain nodes and never name one themselves (an empty `sweep.err` is the
+normal case).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ _TIMEOUT = re.compile(r"command timeout|timed out", re.IGNORECASE)
 # The first line of parallel-shell output in a file found in a directory: `node017: {`.
 _HOST_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*: ")
 _STDERR_SUFFIX = ".err"
+_DECODER = json.JSONDecoder()
 
 
 def describe_json_error(error: json.JSONDecodeError) -> str:
@@ -175,7 +177,15 @@ class FleetCollector:
                     self.feed_line(line, source)
 
     def _take_block(self, chunk: str, position: int) -> int:
-        """End of the run's block if it ends in this chunk and holds only this host's lines; else 0."""
+        """End of the run's block if it ends in this chunk, holds only this host's lines and
+        completes its JSON object; else 0 (and nothing is taken: the caller goes line by line).
+
+        The block is taken with the newline before it, so that one `str.replace` strips
+        every prefix; the number of prefixes it removed, against the number of lines, shows
+        that no other host's line is interleaved. Anything else that is not plain (an
+        indent=0 object whose inner `}` line ended the block early, a glued `}n4: {` line)
+        fails to decode and is left to the line-by-line path that handles it.
+        """
         prefix, close = self._run_prefix, self._run_close
         if chunk.startswith(close, position):
             end = position + len(close)
@@ -184,13 +194,17 @@ class FleetCollector:
             if found < 0:
                 return 0
             end = found + 1 + len(close)
-        lines = chunk.count("\n", position, end)
-        prefixed = chunk.startswith(prefix, position) + chunk.count("\n" + prefix, position, end - 1)
-        # Another `}` line at column 0 before the end: indent=0 JSON or a glued line.
-        if lines != prefixed or chunk.find("\n" + self._run_brace, position, end - len(close) - 1) >= 0:
+        # `position` is a line start: after the chunk's start or the previous line's "\n".
+        block = chunk[position - 1:end] if position else "\n" + chunk[:end]
+        body = block.replace("\n" + prefix, "\n")
+        if len(block) - len(body) != (block.count("\n") - 1) * len(prefix):
             return 0
-        self._run_lines.append(chunk[position:end])
-        self._close_run()
+        pending = _strip_prefix(self._run_lines, prefix) if self._run_lines else ""
+        try:
+            data = json.loads(pending + body)
+        except json.JSONDecodeError:
+            return 0
+        self._end_run(data)
         return end
 
     def feed_stderr_line(self, line: str) -> None:
@@ -280,7 +294,8 @@ class FleetCollector:
                 or first_line.startswith(_SHELL_STARTS)
                 or stderr_capture
             )
-            if first in "{[" or path.suffix == ".json" or (in_directory and not shell_output):
+            # A `.json` file may still be a saved pdsh sweep (`pdsh ... > sweep.json`).
+            if first in "{[" or (not shell_output and (in_directory or path.suffix == ".json")):
                 self.add_document(handle.read(), source)
                 return
             attributed, unattributed = self._attributed_lines, self.unattributed_lines
@@ -336,7 +351,7 @@ class FleetCollector:
                 return
             self._note_noise(host, stripped)
             return
-        if stripped.endswith("}"):
+        if stripped != "{" and stripped.endswith("}"):
             # The common case: `netdoctor check --format json` printed one line.
             try:
                 data = json.loads(stripped)
@@ -345,16 +360,17 @@ class FleetCollector:
             else:
                 self._store(summarize_report(data, source, host))
                 return
-        try:
-            data, end = json.JSONDecoder().raw_decode(stripped)
-        except json.JSONDecodeError:
-            pass
-        else:
-            rest = stripped[end:]
-            if _GLUED_HOST_LINE.match(rest):
-                self._store(summarize_report(data, source, host))
-                self.feed_line(rest + "\n", source)
-                return
+        if stripped != "{":            # the first line of a pretty-printed report: no decode
+            try:
+                data, end = _DECODER.raw_decode(stripped)
+            except json.JSONDecodeError:
+                pass
+            else:
+                rest = stripped[end:]
+                if _GLUED_HOST_LINE.match(rest):
+                    self._store(summarize_report(data, source, host))
+                    self.feed_line(rest + "\n", source)
+                    return
         pending = [f"{host}: {text}"]
         self._pending[host] = pending
         self._start_run(host, pending, source)
@@ -371,11 +387,15 @@ class FleetCollector:
         self._run_blocks = True
 
     def _close_run(self) -> None:
-        host = self._run_host
         try:
             data = json.loads(_strip_prefix(self._run_lines, self._run_prefix))
         except json.JSONDecodeError:
             return                     # an inner `}` line of a garbled object: keep reading
+        self._end_run(data)
+
+    def _end_run(self, data: object) -> None:
+        """The run's JSON object is complete: summarize it and forget its lines."""
+        host = self._run_host
         del self._pending[host]
         self._run_host = self._run_prefix = self._run_brace = self._run_close = self._run_close_bare = ""
         self._run_lines = []

@@ -166,27 +166,32 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
     grade_status = str(grade)
     error_growth = 0.0
     saw_counters = False
+    intern = sys.intern
     for finding in findings:
-        if not isinstance(finding, dict):
+        if finding.__class__ is not dict:
             continue
         check = finding.get("check")
         status = finding.get("status")
-        if not isinstance(check, str) or status not in _STATUS_SEVERITY:
+        if check.__class__ is not str or status not in _STATUS_SEVERITY:
             continue
         if check == "error-counters":
             evidence = finding.get("evidence")
-            if isinstance(evidence, dict):
+            if evidence.__class__ is dict:
                 growth = _growth_in(evidence)
                 if growth is not None:
                     saw_counters = True
                     error_growth += growth
+        # Fast path, most findings of a healthy fleet: a pass where the check already has
+        # a status other than skip changes nothing (nor would it as a shadow finding).
+        known = check_statuses.get(check)
+        if status == "pass" and known is not None and known != "skip":
+            continue
         if finding.get("shadow"):
             continue
         severity = _STATUS_SEVERITY[status]
-        known = check_statuses.get(check)
         if known is None or severity > _STATUS_SEVERITY[known]:
             # Interned: ten thousand nodes share one copy of each check id and status.
-            check_statuses[sys.intern(check)] = sys.intern(status)
+            check_statuses[intern(check)] = intern(status)
         if severity >= _WARN_SEVERITY:
             if check not in check_summaries:
                 check_summaries[check] = str(finding.get("summary") or "")
@@ -244,13 +249,19 @@ def _growth_in(evidence: Mapping[str, Any]) -> float | None:
 
 
 def _number_sum(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
+    """A number, or the sum of a mapping's numbers; None when there is none (bools are not numbers)."""
+    kind = value.__class__
+    if kind is int or kind is float:
         return float(value)
-    if isinstance(value, dict):
-        numbers = [float(item) for item in value.values() if isinstance(item, (int, float)) and not isinstance(item, bool)]
-        return sum(numbers) if numbers else None
+    if kind is dict:
+        total: float | None = None
+        for item in value.values():
+            item_kind = item.__class__
+            if item_kind is int or item_kind is float:
+                total = (total or 0.0) + item
+        return total
+    if isinstance(value, (int, float)) and not isinstance(value, bool):   # subclasses, rare
+        return float(value)
     return None
 
 

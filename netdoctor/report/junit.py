@@ -20,7 +20,7 @@ import json
 from netdoctor.report.model import Finding, Report, Status
 
 
-def testcase_names(findings: list[Finding]) -> list[str]:
+def junit_case_names(findings: list[Finding]) -> list[str]:
     """One testcase name per finding, unique within its check (see the module docstring)."""
     group_sizes: dict[tuple[str, str], int] = {}
     for finding in findings:
@@ -73,7 +73,7 @@ def render_junit(report: Report) -> str:
         ElementTree.SubElement(properties, "property", name=name, value=value)
 
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for finding, name in zip(report.findings, testcase_names(report.findings)):
+    for finding, name in zip(report.findings, junit_case_names(report.findings)):
         counts["tests"] += 1
         # A check's time is spread over its findings so the suite total stays right.
         time_s = durations.get(finding.check, 0.0) / max(per_check[finding.check], 1)
