@@ -152,9 +152,8 @@ class FleetCollector:
         """pdsh/clush output in chunks that end at line ends; the same as `feed_lines`.
 
         A saved sweep mostly holds each host's report as one contiguous block of lines.
-        Such a block is found with C-speed string searches (the host's closing `}` line,
-        then a count showing every line in between carries the host's prefix) and taken
-        whole; anything else (interleaved hosts, shell messages) goes line by line.
+        Such a block is found and decoded with C-speed string operations (`_take_block`)
+        and taken whole; anything else (interleaved hosts, shell messages) goes line by line.
         """
         for chunk in chunks:
             position = 0
