@@ -12,14 +12,13 @@ import pytest
 
 from netdoctor.checks.api import Check, CheckContext
 from netdoctor.checks.registry import (
-    STABLE_ORDER,
     Registry,
     checks_in_module,
     load_registry,
     unsafe_path_reason,
 )
 from netdoctor.errors import PluginError
-from netdoctor.report.model import Status
+from netdoctor.report.model import CHECK_ORDER, Status
 
 IS_ROOT = os.geteuid() == 0
 
@@ -54,8 +53,8 @@ def test_builtin_plugins_load_and_are_in_order() -> None:
     registry.load_builtins()
     ids = registry.ids()
     assert len(ids) >= 1
-    stable = [check_id for check_id in ids if check_id in STABLE_ORDER]
-    assert stable == sorted(stable, key=STABLE_ORDER.index)
+    stable = [check_id for check_id in ids if check_id in CHECK_ORDER]
+    assert stable == sorted(stable, key=CHECK_ORDER.index)
     for check in registry:
         assert check.origin.startswith("netdoctor_plugins."), check.origin
         assert not registry.is_third_party(check.id)

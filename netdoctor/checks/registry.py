@@ -33,7 +33,7 @@ import structlog
 
 from netdoctor.checks.api import Check
 from netdoctor.errors import PluginError
-from netdoctor.report.model import Finding, Status
+from netdoctor.report.model import CHECK_ORDER, Finding, Status
 
 log = structlog.get_logger(__name__)
 
@@ -41,19 +41,6 @@ BUILTIN_PACKAGE = "netdoctor_plugins"
 ENTRY_POINT_GROUP = "netdoctor.checks"
 SYSTEM_PLUGIN_DIR = Path("/etc/netdoctor/plugins.d")
 PLUGINS_CHECK_ID = "plugins"
-
-# The contract's stable ids, in the order reports list them; other checks follow by id.
-STABLE_ORDER = (
-    "port-state",
-    "link-speed",
-    "pcie-link",
-    "error-counters",
-    "mtu",
-    "pfc-ecn",
-    "gpudirect",
-    "gpu-nic-affinity",
-    "nccl-probe",
-)
 
 
 @dataclass(frozen=True)
@@ -69,9 +56,9 @@ class PluginProblem:
 
 
 def _sort_key(check_id: str) -> tuple[int, str]:
-    if check_id in STABLE_ORDER:
-        return (STABLE_ORDER.index(check_id), "")
-    return (len(STABLE_ORDER), check_id)
+    if check_id in CHECK_ORDER:
+        return (CHECK_ORDER.index(check_id), "")
+    return (len(CHECK_ORDER), check_id)
 
 
 class Registry:

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from netdoctor.report.model import CHECK_ORDER
+
 REPORT_SCHEMA_PREFIX = "netdoctor.report/"
 
 # Metric names as they appear in the fleet report's `outliers`.
@@ -23,19 +25,8 @@ _GROWTH_SUFFIXES = ("_growth", "_delta", "_increase")
 _STATUS_SEVERITY = {"fail": 4, "unknown": 3, "warn": 2, "pass": 1, "skip": 0}
 _WARN_SEVERITY = _STATUS_SEVERITY["warn"]
 
-# Checks in the order operators read them (CONTRACT §3); others follow alphabetically.
-# The fleet report lists checks in this order and breaks ties of the top finding by it.
-CHECK_ORDER = (
-    "port-state",
-    "link-speed",
-    "pcie-link",
-    "error-counters",
-    "mtu",
-    "pfc-ecn",
-    "gpudirect",
-    "gpu-nic-affinity",
-    "nccl-probe",
-)
+# The fleet report lists checks in the contract's order (others alphabetically) and breaks
+# ties of the top finding by it.
 _CHECK_POSITION = {check: position for position, check in enumerate(CHECK_ORDER)}
 
 
