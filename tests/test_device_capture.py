@@ -24,6 +24,7 @@ def test_real_h200_capture_inventory() -> None:
     assert inventory.driver_version == "580.159.04"
     for gpu in inventory.gpus:
         assert gpu.nvlink_active == gpu.nvlink_total == 18
+        assert gpu.nvlink_version == 6   # NVML enum for NVLink 4.0 (Hopper)
         assert gpu.pcie is not None and gpu.pcie.max_gen == 5 and gpu.pcie.max_width == 16
         assert gpu.pci_address in inventory.pcie   # sysfs view of the same link
     assert inventory.topology.link("GPU0", "GPU1") == "NV18"

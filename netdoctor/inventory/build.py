@@ -355,7 +355,7 @@ class _Builder:
             nvlink = entry.get("nvlink") if isinstance(entry.get("nvlink"), dict) else {}
             gpu.nvlink_active = _as(int, nvlink.get("active"))
             gpu.nvlink_total = _as(int, nvlink.get("total"))
-            gpu.nvlink_gbps_per_link = _as(float, nvlink.get("gbps_per_link"))
+            gpu.nvlink_version = _as(int, nvlink.get("version"))
             if isinstance(entry.get("errors"), dict) and entry["errors"]:
                 gpu.nvml_errors = {str(key): str(value) for key, value in entry["errors"].items()}
                 errors.append(f"GPU{gpu.index}: " + ", ".join(f"{key}: {value}" for key, value in sorted(entry["errors"].items())))

@@ -216,7 +216,7 @@ class Gpu:
     performance_state: int | None = None  # P-state number (0 = max performance, 8 = idle)
     nvlink_active: int | None = None
     nvlink_total: int | None = None
-    nvlink_gbps_per_link: float | None = None
+    nvlink_version: int | None = None     # NVML nvmlDeviceGetNvLinkVersion of the first active link
     dmabuf_supported: bool | None = None
     nvml_errors: dict[str, str] = field(default_factory=dict)   # NVML field -> error ("GPU is lost")
     sources: tuple[str, ...] = ()
