@@ -101,7 +101,7 @@ def main() -> int:
                f"min {min(timings):.3f} s, max {max(timings):.3f} s over {args.runs} runs")
     print(summary)
     if args.markdown:
-        before_after = (f"- before/after: median {args.before:.3f} s -> {median:.3f} s "
+        before_after = (f"- before/after: median {args.before:.3f} s (earlier version, same machine) -> {median:.3f} s "
                         f"({(1 - median / args.before) * 100:.0f}% less)\n" if args.before else "")
         args.markdown.write_text(
             "# iblinkinfo parsing benchmark\n\n"

@@ -472,24 +472,16 @@ def test_iblinkinfo_malformed_link_field_is_named() -> None:
     assert caught.value.line_number == 2
 
 
-def test_iblinkinfo_fast_path_keeps_line_handling_and_restores_gc() -> None:
-    """parse_iblinkinfo splits lines itself (ANSI only where present), caches decoded link
-    fields (an unknown state still fails on its own line) and pauses the GC while it builds."""
-    import gc
-
+def test_iblinkinfo_fast_path_keeps_line_handling() -> None:
+    """parse_iblinkinfo splits lines itself (ANSI only where present) and caches decoded link
+    fields: an unknown state still fails on its own line."""
     text = ("\x1b[1mSwitch: 0x0002C90200000001 leaf-1:\x1b[0m\r\n"
             '           4    1[  ] ==( 4X      53.125 Gbps Active/  LinkUp)==>       5    1[  ] "leaf-2" ( )\r\n'
             '           4    2[  ] ==( 4X      53.125 Gbps Active/  LinkUp)==>       6    1[  ] "leaf-3" ( )\r\n')
     first, second = parse_iblinkinfo(text)
     assert (first.node_guid, first.node_description, second.port, second.state) == (
         "0x0002c90200000001", "leaf-1", 2, PortState.ACTIVE)
-    assert first.lane_gbps == second.lane_gbps == 53.125 and gc.isenabled()
+    assert first.lane_gbps == second.lane_gbps == 53.125
     with pytest.raises(ParseError, match="unknown logical port state") as caught:
         parse_iblinkinfo(text + '           4    3[  ] ==( 4X      53.125 Gbps Bogus/  LinkUp)==>       7    1[  ] "x" ( )\n')
-    assert caught.value.line_number == 4 and gc.isenabled()
-    gc.disable()
-    try:
-        parse_iblinkinfo(text)
-        assert not gc.isenabled()
-    finally:
-        gc.enable()
+    assert caught.value.line_number == 4

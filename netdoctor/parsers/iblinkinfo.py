@@ -6,10 +6,7 @@ by one precompiled, anchored regex without nested quantifiers.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
@@ -28,7 +25,7 @@ from netdoctor.parsers.sysfs_values import IB_SPEED_LANE_GBPS, speed_name_from_l
 SOURCE = "iblinkinfo"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FabricLink:
     """One port of one fabric node and what it is cabled to.
 
@@ -135,27 +132,6 @@ def _could_be(hint: str) -> tuple[int | None, float | None]:
     return int(width.group(1)) if width else None, float(speed.group(1)) if speed else None
 
 
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a fabric's links are built.
-
-    Every 700 new container objects start a collection, and as the result list grows the
-    collector also re-walks all of it: on a 120k-link fabric that was a fifth of the parse.
-    The parser makes no reference cycles, so nothing is left for the collector to free; it
-    is switched back on (if it was on) however the parse ends.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-_new_object = object.__new__
-
-
 def parse_iblinkinfo(text: str) -> list[FabricLink]:
     """Parse `iblinkinfo` (grouped by node) or `iblinkinfo -l` (one line per link).
 
@@ -176,8 +152,7 @@ def parse_iblinkinfo(text: str) -> list[FabricLink]:
     # The lines numbered_lines() gives, without its per-line generator step: splitlines()
     # leaves no CR to strip, and ANSI escapes are removed only where there are any.
     lines = (strip_ansi(text) if "\x1b" in text else text).splitlines()
-    with _gc_paused():
-        links = _parse_lines(lines)
+    links = _parse_lines(lines)
     if not links:
         raise NothingToParse(SOURCE, "no links in output")
     return links
@@ -215,31 +190,25 @@ def _parse_lines(lines: list[str]) -> list[FabricLink]:
                     kind, own_guid, own_description = node_kind, guid.lower() if guid else node_guid, node_description
                 else:
                     raise ParseError(SOURCE, "port line before any 'CA:' or 'Switch:' header", number, raw)
-                # FabricLink(...) without its frozen __init__, which pays one object.__setattr__
-                # call per field (a quarter of the parse): the instance __dict__ is filled in
-                # field declaration order, as __init__ does, and so also converts in that
-                # order (a bad value fails where FabricLink(...) would have). Only successful
-                # decodes are cached: a bad state raises, naming its line, on every such line.
-                link = _new_object(FabricLink)
-                attributes = link.__dict__
-                attributes["node_kind"] = kind
-                attributes["node_guid"] = own_guid
-                attributes["node_description"] = own_description
-                attributes["lid"] = int(lid)
-                attributes["port"] = int(port)
+                # Link fields and hints repeat across a fabric: each distinct text is decoded
+                # once. Only successful decodes are cached, so a bad state raises on its line.
                 decoded_link = link_values.get(link_text)
                 if decoded_link is None:
                     decoded_link = link_values[link_text] = _link_values(width, lane, speed, state, phys, number, raw)
-                (attributes["width"], attributes["lane_gbps"], attributes["speed"],
-                 attributes["state"], attributes["phys_state"]) = decoded_link
-                attributes["peer_guid"] = peer_guid.lower() if peer_guid else None
-                attributes["peer_lid"] = int(peer_lid) if peer_lid else None
-                attributes["peer_port"] = int(peer_port) if peer_port else None
-                attributes["peer_description"] = peer_description.strip() if peer_description is not None else None
                 decoded_hint = could_be_values.get(hint)
                 if decoded_hint is None:
                     decoded_hint = could_be_values[hint] = _could_be(hint)
-                attributes["could_be_width"], attributes["could_be_lane_gbps"] = decoded_hint
+                link_width, lane_gbps, speed_name, link_state, phys_state = decoded_link
+                link = FabricLink(
+                    node_kind=kind, node_guid=own_guid, node_description=own_description,
+                    lid=int(lid), port=int(port),
+                    width=link_width, lane_gbps=lane_gbps, speed=speed_name, state=link_state, phys_state=phys_state,
+                    peer_guid=peer_guid.lower() if peer_guid else None,
+                    peer_lid=int(peer_lid) if peer_lid else None,
+                    peer_port=int(peer_port) if peer_port else None,
+                    peer_description=peer_description.strip() if peer_description is not None else None,
+                    could_be_width=decoded_hint[0], could_be_lane_gbps=decoded_hint[1],
+                )
                 append(link)
                 continue
             loose = _PORT_LINE.match(line)
