@@ -17,12 +17,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
-import typer
-from typer.core import TyperGroup
+from netdoctor.util import import_without_rich
 
-from netdoctor import __version__
-from netdoctor.errors import NetdoctorError, UsageError
-from netdoctor.logging import configure_logging
+# Plain click help instead of rich panels: rich and pygments would cost every run ~40 ms.
+typer = import_without_rich("typer")
+
+from click import ClickException as _ClickUsageError  # noqa: E402  (typer < 0.16 raises click's own)
+from typer.core import TyperGroup  # noqa: E402  (after typer, imported without rich)
+
+from netdoctor import __version__  # noqa: E402
+from netdoctor.errors import NetdoctorError, UsageError  # noqa: E402
+from netdoctor.logging import configure_logging  # noqa: E402
 
 USAGE_EXIT = 3
 
@@ -57,11 +62,6 @@ class _NetdoctorGroup(TyperGroup):
         command.name = "fleet"
         return command
 
-
-try:   # typer >= 0.16 vendors click and raises its own exception classes
-    from typer import TyperException as _ClickUsageError
-except ImportError:   # older typer (the zipapp bundles a pure-Python one) uses click itself
-    from click import ClickException as _ClickUsageError
 
 app = typer.Typer(
     cls=_NetdoctorGroup,
@@ -284,19 +284,17 @@ def _error_line(message: str) -> None:
 def run_cli(argv: Sequence[str] | None = None) -> int:
     """Run the CLI on `argv` (default sys.argv[1:]) and return the exit code; never raises."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if not args:
+        # Like click's no_args_is_help, but a missing command is a usage error: exit 3.
+        run_cli(["--help"])
+        return USAGE_EXIT
     debug = "--debug" in args
     configure_logging()   # until the global options say otherwise: warnings, to stderr
     try:
         command = typer.main.get_command(app)
         result = command.main(args=args, prog_name="netdoctor", standalone_mode=False)
     except _ClickUsageError as error:   # click's usage errors
-        if type(error).__name__ == "NoArgsIsHelpError":
-            # Building this error renders the help (typer's rich help prints it at once,
-            # and returns ""); plain click returns the text.
-            if error.format_message().strip():
-                sys.stderr.write(error.format_message() + "\n")
-        else:
-            _error_line(error.format_message())
+        _error_line(error.format_message())
         return USAGE_EXIT
     except NetdoctorError as error:
         if debug:

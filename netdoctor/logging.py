@@ -12,19 +12,10 @@ import os
 import sys
 from typing import TextIO
 
-if "structlog" not in sys.modules and "rich" not in sys.modules:
-    # structlog imports rich (and with it pygments: ~50 ms, a sixth of a `check
-    # --snapshot` run) only to pretty-print tracebacks; netdoctor logs one line per
-    # event. A None entry in sys.modules makes `import rich` raise ImportError, which
-    # structlog handles (plain tracebacks). Removed again at once, so typer's help
-    # can still use rich.
-    sys.modules["rich"] = None  # type: ignore[assignment]
-    try:
-        import structlog
-    finally:
-        del sys.modules["rich"]
-else:
-    import structlog
+from netdoctor.util import import_without_rich
+
+# netdoctor logs one line per event: structlog's rich tracebacks are not needed.
+structlog = import_without_rich("structlog")
 
 _LEVELS = [
     stdlib_logging.CRITICAL,

@@ -1,12 +1,15 @@
-"""Small helpers shared by every layer: atomic file writes, UTC timestamps, PCI addresses."""
+"""Small helpers shared by every layer: atomic file writes, UTC timestamps, PCI addresses, imports."""
 
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import os
 import re
+import sys
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 # A PCI function address as sysfs spells it: domain:bus:device.function, lower-case hex.
 PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -72,3 +75,20 @@ def atomic_write(path: Path | str, data: bytes | str, mode: int = 0o644) -> None
         except FileNotFoundError:
             pass
         raise
+
+
+def import_without_rich(name: str) -> ModuleType:
+    """Import `name` while `rich` looks absent, so the module takes its plain fallback.
+
+    typer (help screens) and structlog (tracebacks) import rich, and with it pygments, at
+    import time: ~50 ms of every run, for output netdoctor does not print. A None entry in
+    sys.modules makes `import rich` raise ImportError; it is removed again at once.
+    """
+    if name in sys.modules or "rich" in sys.modules:
+        return importlib.import_module(name)
+    sys.modules["rich"] = None  # type: ignore[assignment]
+    try:
+        return importlib.import_module(name)
+    finally:
+        del sys.modules["rich"]
+

@@ -7,12 +7,8 @@ It holds netdoctor, netdoctor_plugins (plugins/), netdoctor_rules (rules/) and t
 Python dependencies, copied from the environment this script runs in (no network).
 Compiled modules cannot be imported from a zip, so psutil (C) is left out: netdoctor
 imports it lazily and works without it on `check --snapshot`; a node with python3-psutil
-installed still gets it from its own site-packages.
-
-typer 0.2x validates options with pydantic (compiled pydantic-core), so the zipapp
-takes typer and click from pure-Python wheels in packaging/wheelhouse/ (typer 0.15.4,
-click 8.1.8; `--wheelhouse DIR` for others): a wheel there replaces the installed
-distribution of the same name.
+installed still gets it from its own site-packages. rich is not bundled: netdoctor
+imports typer and structlog without it (plain help and tracebacks).
 """
 
 from __future__ import annotations
@@ -24,17 +20,14 @@ import shutil
 import sys
 import tempfile
 import zipapp
-import zipfile
 from pathlib import Path, PurePosixPath
 
 REPO = Path(__file__).resolve().parent.parent
 
 # Pure-Python distributions bundled, with what they need at run time.
 BUNDLED = (
-    "typer", "rich", "shellingham", "annotated-doc", "markdown-it-py", "mdurl", "pygments",
-    "structlog", "ClusterShell", "typing_extensions", "nvidia-ml-py", "pyroute2",
+    "typer", "click", "shellingham", "typing_extensions", "structlog", "ClusterShell", "nvidia-ml-py", "pyroute2",
 )
-DEFAULT_WHEELHOUSE = REPO / "packaging" / "wheelhouse"
 # Compiled or not needed at run time: never copied even when a file list names them.
 EXCLUDED_SUFFIXES = (".so", ".pyd", ".dylib", ".pyc")
 
@@ -130,38 +123,17 @@ def copy_distribution(name: str, stage: Path) -> list[str]:
     return copied
 
 
-def wheel_name(path: Path) -> str:
-    """Normalized distribution name of a wheel file: typer-0.15.4-py3-none-any.whl -> typer."""
-    return path.name.split("-", 1)[0].lower().replace("_", "-")
-
-
-def unpack_wheel(path: Path, stage: Path) -> None:
-    if not path.name.endswith("-py3-none-any.whl"):
-        raise SystemExit(f"{path.name}: only pure-Python wheels (py3-none-any) can go into a zipapp")
-    with zipfile.ZipFile(path) as wheel:
-        for member in wheel.infolist():
-            name = PurePosixPath(member.filename)
-            if name.is_absolute() or ".." in name.parts or ".dist-info" in name.parts[0] or member.is_dir():
-                continue
-            target = stage / Path(*name.parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(wheel.read(member))
-
-
-def build(output: Path, wheelhouse: Path = DEFAULT_WHEELHOUSE) -> Path:
-    wheels = {wheel_name(path): path for path in sorted(wheelhouse.glob("*.whl"))} if wheelhouse.is_dir() else {}
+def build(output: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="netdoctor-zipapp-") as scratch:
         stage = Path(scratch)
         copy_tree(REPO / "netdoctor", stage / "netdoctor")
         copy_tree(REPO / "plugins", stage / "netdoctor_plugins")
         copy_tree(REPO / "rules", stage / "netdoctor_rules")
-        for wheel in wheels.values():
-            unpack_wheel(wheel, stage)
         for name in BUNDLED:
-            if name.lower().replace("_", "-") not in wheels:
-                copy_distribution(name, stage)
-        if "click" not in wheels and (stage / "typer" / "_adapters.py").exists():
-            raise SystemExit("the installed typer needs pydantic (compiled): put pure typer/click wheels in --wheelhouse")
+            copy_distribution(name, stage)
+        if (stage / "typer" / "_adapters.py").exists():
+            # pyproject pins typer < 0.16: newer typer needs pydantic-core, compiled.
+            raise SystemExit("the installed typer needs pydantic (compiled) and cannot go into a zipapp")
         digest = hashlib.sha256()
         for path in sorted(stage.rglob("*")):
             if path.is_file():
@@ -176,9 +148,8 @@ def build(output: Path, wheelhouse: Path = DEFAULT_WHEELHOUSE) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-o", "--output", type=Path, default=REPO / "dist" / "netdoctor.pyz")
-    parser.add_argument("--wheelhouse", type=Path, default=DEFAULT_WHEELHOUSE, help="pure-Python wheels that replace installed dists")
     arguments = parser.parse_args()
-    path = build(arguments.output, arguments.wheelhouse)
+    path = build(arguments.output)
     print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB)")
 
 

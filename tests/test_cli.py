@@ -1,8 +1,10 @@
-"""The CLI: exit codes per grade (in-process via CliRunner and as a real subprocess), usage
+"""The CLI: exit codes per grade (in-process and as a real subprocess), usage
 errors exit 3 with one line, JSON stdout holds only the report, -o writes a file."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -11,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 import netdoctor.run
 from netdoctor import __version__
@@ -70,13 +71,14 @@ def world(tmp_path: Path) -> dict[str, Path]:
 
 
 def invoke(args: list[str], env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """Run the CLI in-process with CliRunner's stream isolation: (exit code, stdout, stderr)."""
-    runner = CliRunner()
-    with runner.isolation(env=env) as (stdout, stderr, _):
-        code = run_cli(args)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        return code, stdout.getvalue().decode(), stderr.getvalue().decode()
+    """Run the CLI in-process with stdout and stderr captured apart: (exit code, stdout, stderr)."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in (env or {}).items():
+            patch.setenv(name, value)
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            code = run_cli(args)
+    return code, stdout.getvalue(), stderr.getvalue()
 
 
 def _check_args(world: dict[str, Path], only: str, *extra: str) -> list[str]:
