@@ -107,8 +107,10 @@ def render_probe_text(report: Report, result: dict[str, Any]) -> str:
     lines = [f"netdoctor probe on {report.host}: {str(report.grade).upper()}"]
     devices = result.get("devices") or []
     names = sorted({device.get("name") for device in devices if device.get("name")})
-    lines.append(f"  engine {result.get('engine')}, NCCL {result.get('nccl_version') or '?'}, "
-                 f"{result.get('gpu_count', 0)} GPU(s) {result.get('gpus')}" + (f" ({', '.join(names)})" if names else ""))
+    if result.get("gpu_count"):
+        nccl = f"NCCL {result['nccl_version']}" if result.get("nccl_version") else "NCCL not loaded"
+        lines.append(f"  engine {result.get('engine')}, {nccl}, {result['gpu_count']} GPU(s) {result.get('gpus')}"
+                     + (f" ({', '.join(names)})" if names else ""))
     transport = result.get("transport") or {}
     if transport.get("kind"):
         gdr = transport.get("gdr")
