@@ -34,11 +34,13 @@ def test_real_h200_capture_inventory() -> None:
     assert inventory.source("ibstat").state is SourceState.MISSING
     assert inventory.peer_memory.nvidia_peermem is False and inventory.peer_memory.nv_peer_mem is False
     assert {gpu.dmabuf_supported for gpu in inventory.gpus} == {True}
+    # The PCI bus shows the same two GPUs NVML reports (device id 0x2335 = H200).
+    assert inventory.pci_gpus == {gpu.pci_address: "0x2335" for gpu in inventory.gpus}
 
 
 def test_real_h200_capture_has_no_false_alarm() -> None:
     report = run_check(CheckOptions(snapshot=CAPTURE, no_probe=True), env={})
     assert report.grade is Grade.PASS
     statuses = {(f.check, f.status) for f in report.findings}
-    assert ("pcie-link", Status.PASS) in statuses
+    assert ("pcie-link", Status.PASS) in statuses and ("gpu-driver", Status.PASS) in statuses
     assert all(f.status in (Status.PASS, Status.SKIP) for f in report.findings)
