@@ -15,7 +15,6 @@ PCIe distance order, nearest first: PIX < PXB < PHB < NODE < SYS.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -23,6 +22,7 @@ from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.checks.rules import pack_of, role_of, virtual_function_note
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Gpu, Hca, Inventory, Port, Topology
+from netdoctor.util import natural_key
 
 CHECK_ID = "gpu-nic-affinity"
 LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
@@ -70,11 +70,6 @@ def compute_hcas(ctx: CheckContext) -> dict[str, Hca]:
     return selected
 
 
-def _natural_key(text: str) -> tuple[Any, ...]:
-    """mlx5_2 before mlx5_10."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
-
-
 def _topology_problem(inventory: Inventory) -> str | None:
     """Why the GPU x NIC matrix cannot be used for the whole node, or None."""
     if inventory.topology is None:
@@ -91,7 +86,7 @@ def _nic_levels(topology: Topology, gpu: Gpu, hcas: Mapping[str, Hca]) -> dict[s
         level = topology.link(gpu.label, label)
         if name in hcas and level in RANK:
             levels[name] = level
-    return dict(sorted(levels.items(), key=lambda item: (RANK[item[1]], _natural_key(item[0]))))
+    return dict(sorted(levels.items(), key=lambda item: (RANK[item[1]], natural_key(item[0]))))
 
 
 def assign_rails(levels_by_gpu: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
@@ -137,7 +132,7 @@ def _placement_finding(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], r
     if rails is not None:
         rail_of = {nic: other for other, nic in rails.items()}
         if gpu.label not in rails:
-            holders = sorted({rail_of[nic] for nic in nearest if nic in rail_of}, key=_natural_key)
+            holders = sorted({rail_of[nic] for nic in nearest if nic in rail_of}, key=natural_key)
             evidence.update(rail_nic=None, shared_with=holders)
             nics = ", ".join(nearest)
             return ctx.graded(
@@ -152,7 +147,7 @@ def _placement_finding(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], r
         evidence.update(rail_nic=rail, rail_level=levels[rail])
         where = f"rail NIC {rail} ({levels[rail]})"
         if rank > best:
-            holders = sorted({rail_of[nic] for nic in nearest if nic in rail_of}, key=_natural_key)
+            holders = sorted({rail_of[nic] for nic in nearest if nic in rail_of}, key=natural_key)
             taken_note = (f"; the nearer {', '.join(nearest)} ({LEVELS[best]}) "
                           f"{'are the rails' if len(nearest) > 1 else 'is the rail'} of {', '.join(holders)}")
     else:
@@ -230,7 +225,7 @@ def gpu_nic_affinity(ctx: CheckContext) -> Iterator[Finding]:
             if levels:
                 levels_by_gpu[gpu.label] = levels
     rails = assign_rails(levels_by_gpu) if one_rail else None
-    nic_numa = {name: hcas[name].numa_node for name in sorted(hcas, key=_natural_key)}
+    nic_numa = {name: hcas[name].numa_node for name in sorted(hcas, key=natural_key)}
     for gpu in gpus:
         evidence: dict[str, Any] = {"numa_node": gpu.numa_node, "nic_numa_nodes": dict(nic_numa),
                                     "expected_level": expected_level}

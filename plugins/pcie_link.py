@@ -15,7 +15,6 @@ SR-IOV virtual functions are judged through their physical function's link.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +24,7 @@ from netdoctor.checks.rules import virtual_function_note
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Gpu, Hca, Inventory, PcieLink
 from netdoctor.report.model import STATUS_SEVERITY
+from netdoctor.util import natural_key
 
 CHECK_ID = "pcie-link"
 JUDGED_STATUSES = {"pass", "warn", "fail", "unknown"}
@@ -218,15 +218,10 @@ def pcie_link(ctx: CheckContext) -> Iterator[Finding]:
                               evidence={"hca": hca.name, "ca_type": hca.ca_type})
         else:
             yield ctx.unknown(hca.name, f"PCI address of {hca.name} unknown: {inventory.source('sysfs').reason()}")
-    for address in sorted(functions, key=lambda address: _natural_key(functions[address][0].name)):
+    for address in sorted(functions, key=lambda address: natural_key(functions[address][0].name)):
         yield _judge_nic(ctx, address, functions[address])
 
 
 def _software_device(hca: Hca) -> bool:
     """rxe/siw: named so, or no CA type at all (hardware HCAs always report one, e.g. MT4129)."""
     return hca.name.startswith(SOFTWARE_DEVICE_PREFIXES) or not hca.ca_type
-
-
-def _natural_key(text: str) -> tuple[Any, ...]:
-    """mlx5_2 before mlx5_10."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from netdoctor.errors import UsageError
-from netdoctor.fleet.model import NodeGrade
 from netdoctor.fleet.sweep import SweepOptions, build_sweep_command, run_sweep
 
 REPO = Path(__file__).resolve().parent.parent

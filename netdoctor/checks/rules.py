@@ -27,6 +27,7 @@ import structlog
 
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Hca, Inventory, LinkLayer, Port, PortState
+from netdoctor.util import natural_key
 
 log = structlog.get_logger(__name__)
 
@@ -678,15 +679,11 @@ def pack_of(rules: Mapping[str, Any]) -> RulePack | None:
     return getattr(rules, "pack", None)
 
 
-def _natural_key(text: str) -> tuple[Any, ...]:
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", text))
-
-
 def classified_ports(inventory: Inventory, rules: Mapping[str, Any]) -> list[tuple[Hca, Port, PortClass | None]]:
     """Every RDMA port in natural order (mlx5_2 before mlx5_10) with its pack port class."""
     pack = pack_of(rules)
     result: list[tuple[Hca, Port, PortClass | None]] = []
-    for hca in sorted(inventory.hcas, key=lambda item: _natural_key(item.name)):
+    for hca in sorted(inventory.hcas, key=lambda item: natural_key(item.name)):
         for number in sorted(hca.ports):
             port = hca.ports[number]
             result.append((hca, port, pack.port_class(port, hca, inventory) if pack else None))

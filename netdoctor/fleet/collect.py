@@ -136,7 +136,6 @@ class FleetCollector:
         than everything else.
         """
         run_prefix, run_brace = self._run_prefix, self._run_brace
-        run_close, run_close_bare = self._run_close, self._run_close_bare
         run_append = self._run_lines.append
         for line in lines:
             if run_prefix and line.startswith(run_prefix) and not line.startswith(run_brace):
@@ -145,7 +144,6 @@ class FleetCollector:
             # A `}` line (maybe the end of the object), another host, or a shell message.
             self.feed_line(line, source)
             run_prefix, run_brace = self._run_prefix, self._run_brace
-            run_close, run_close_bare = self._run_close, self._run_close_bare
             run_append = self._run_lines.append
 
     def feed_text(self, chunks: Iterable[str], source: str = "") -> None:

@@ -12,7 +12,6 @@ as sysfs has named the ports.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -47,7 +46,7 @@ from netdoctor.inventory.model import (
 )
 from netdoctor.parsers import sysfs_values
 from netdoctor.parsers.common import link_layer_from_text, normalize_guid
-from netdoctor.util import canonical_pci_address
+from netdoctor.util import canonical_pci_address, natural_key
 
 log = structlog.get_logger(__name__)
 
@@ -553,7 +552,7 @@ class _Builder:
     # -- joins --------------------------------------------------------------------------
     def join(self) -> None:
         inventory = self.inventory
-        inventory.hcas.sort(key=lambda hca: _natural(hca.name))
+        inventory.hcas.sort(key=lambda hca: natural_key(hca.name))
         for hca in inventory.hcas:
             hca.model = hca.model or hca_model(hca.ca_type)
             if hca.pci_address and hca.pci_address not in inventory.pcie:
@@ -671,11 +670,6 @@ def _uevent_slot(text: str | None) -> str | None:
         if line.startswith("PCI_SLOT_NAME="):
             return line.split("=", 1)[1].strip()
     return None
-
-
-def _natural(name: str) -> tuple[object, ...]:
-    """`mlx5_10` after `mlx5_9`, not between `mlx5_1` and `mlx5_2` as tools list them."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
 
 def _numeric(name: str) -> tuple[int, str]:
