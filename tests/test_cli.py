@@ -145,6 +145,7 @@ def test_output_file_leaves_stdout_empty(world: dict[str, Path], tmp_path: Path)
     (["check", "--frobnicate"], "No such option: --frobnicate"),
     (["nosuchcommand"], "No such command 'nosuchcommand'"),
     (["check", "--deadline", "soon"], "Invalid value for '--deadline'"),
+    (["fleet"], "Missing command"),
 ])
 def test_usage_errors_exit_3_with_one_line(args: list[str], message: str) -> None:
     code, stdout, stderr = invoke(args)

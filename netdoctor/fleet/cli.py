@@ -39,7 +39,8 @@ USAGE_EXIT = 3
 fleet_app = typer.Typer(
     name="fleet",
     help="Judge many nodes together: sweep them through pdsh/clush/srun, or report on saved output.",
-    no_args_is_help=True,
+    # No subcommand is a usage error (exit 3, "Missing command."), not help with exit 0.
+    no_args_is_help=False,
     add_completion=False,
 )
 
