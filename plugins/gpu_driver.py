@@ -31,10 +31,14 @@ def gpu_driver(ctx: CheckContext) -> Iterator[Finding]:
         yield ctx.skip("node", reason)
         return
     if nvml.state is not SourceState.OK:
-        if "pynvml" in nvml.detail:
-            # The tool is incomplete (no nvidia-ml-py), not the node.
+        library_missing = "library not found" in nvml.detail.lower() and inventory.nvidia_module_loaded
+        if "pynvml" in nvml.detail or library_missing:
+            # The kernel driver is there but netdoctor cannot reach NVML (no nvidia-ml-py, or a
+            # container without the driver's user-space libraries): the tool is incomplete, not the node.
             yield ctx.unknown("node", f"{len(on_bus or {})} NVIDIA GPU(s) on the PCI bus, but NVML cannot be "
-                              f"asked: {nvml.reason()}", remedy="install nvidia-ml-py where netdoctor runs")
+                              f"asked: {nvml.reason()}",
+                              remedy="install nvidia-ml-py where netdoctor runs, and make the driver's libnvidia-ml.so "
+                                     "visible to it (in containers: the NVIDIA container runtime)")
             return
         yield ctx.graded(str(ctx.rule("driver_unusable_severity", "fail")), "node",
                          f"{len(on_bus or {})} NVIDIA GPU(s) on the PCI bus, but the driver does not answer: {nvml.reason()}",

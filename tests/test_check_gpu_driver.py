@@ -85,3 +85,15 @@ def test_gpus_are_listed_from_the_pci_bus_when_nvml_and_nvidia_smi_are_down(tmp_
     assert inventory.gpus[0].pci_address in inventory.pcie
     report, findings = _driver_findings(snapshot)
     assert report.rules == "dgx-h100" and [f.status for f in findings] == [Status.FAIL]
+
+
+def test_nvml_library_missing_beside_a_loaded_driver_is_unknown(tmp_path: Path) -> None:
+    """A container without libnvidia-ml on a host whose nvidia module is loaded: the tool cannot ask, the node is not broken."""
+    snapshot = _copy(tmp_path)
+    _set_nvml_status(snapshot, "no NVIDIA driver: NVML Shared Library Not Found")
+    assert (snapshot / "sys" / "module" / "nvidia").is_dir()
+    _, findings = _driver_findings(snapshot)
+    assert [(f.status, f.subject) for f in findings] == [(Status.UNKNOWN, "node")]
+    shutil.rmtree(snapshot / "sys" / "module" / "nvidia")   # no kernel driver at all: the node is broken
+    _, findings = _driver_findings(snapshot)
+    assert [(f.status, f.subject) for f in findings] == [(Status.FAIL, "node")]

@@ -267,6 +267,7 @@ class _Builder:
     def read_peer_memory(self) -> None:
         if not self.sys.is_dir("module"):
             return   # no module list at all: unknown, not "not loaded"
+        self.inventory.nvidia_module_loaded = self.sys.is_dir("module/nvidia")
         self.inventory.peer_memory = PeerMemory(
             nvidia_peermem=self.sys.is_dir("module/nvidia_peermem"),
             nv_peer_mem=self.sys.is_dir("module/nv_peer_mem"),

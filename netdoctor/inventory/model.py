@@ -291,6 +291,7 @@ class Inventory:
     pci_gpus: dict[str, str] | None = None
     topology: Topology | None = None
     peer_memory: PeerMemory = field(default_factory=PeerMemory)
+    nvidia_module_loaded: bool | None = None   # /sys/module/nvidia: the kernel driver is loaded
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)
 
