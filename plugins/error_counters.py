@@ -261,11 +261,19 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port) -> list[Finding]:
     _judge_xmit_wait(ctx, port, previous, elapsed_s, out)
     if out.saturated:
         out.findings.append(_saturated_finding(ctx, hca, port, out.saturated))
+    # One number per port for fleet-relative outliers: how much the IBTA error counters
+    # grew since the last reading (hw_counters count normal events too, so they are left out).
+    growth = [out.evidence[f"{spec.name}_delta"] for spec in ERROR_COUNTERS if f"{spec.name}_delta" in out.evidence]
+    error_growth = sum(delta for delta in growth if delta > 0) if growth else None
 
     if out.findings:
         for note in out.notes:
             out.evidence.setdefault("notes", []).append(note)
+        if error_growth is not None:
+            out.findings[0].evidence["error_growth"] = error_growth   # once per port, not per finding
         return out.findings
+    if error_growth is not None:
+        out.evidence["error_growth"] = error_growth
     judged = len(available) + sum(1 for spec in HW_COUNTERS if spec.name in port.hw_counters
                                   and (spec.name not in ETHERNET_ONLY or port.link_layer is LinkLayer.ETHERNET))
     if elapsed_s is not None:
