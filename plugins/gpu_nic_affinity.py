@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from netdoctor.checks import CheckContext, Finding, Status, check
+from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.checks.rules import pack_of, role_of, virtual_function_note
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Gpu, Hca, Inventory, Port, Topology
@@ -27,17 +27,11 @@ from netdoctor.util import natural_key
 CHECK_ID = "gpu-nic-affinity"
 LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 RANK = {level: rank for rank, level in enumerate(LEVELS)}
-JUDGED_STATUSES = {"pass", "warn", "fail", "unknown"}
 CROSS_SOCKET_REMEDY = ("the GPU's nearest compute NIC is missing or placed behind the other socket: check that "
                        "the NIC next to this GPU is present and bound to mlx5_core (`lspci -nnk`, `ibdev2netdev`), "
                        "and that cards sit in the slots the platform guide gives")
 
 
-def _status_rule(ctx: CheckContext, key: str, default: str) -> Status:
-    value = ctx.rule(key, default)
-    if value not in JUDGED_STATUSES:
-        raise RulesError(f"[{CHECK_ID}] {key} = {value!r}: expected one of {sorted(JUDGED_STATUSES)}")
-    return Status(value)
 
 
 def _expected_rank(ctx: CheckContext) -> int:
@@ -136,7 +130,7 @@ def _placement_finding(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], r
             evidence.update(rail_nic=None, shared_with=holders)
             nics = ", ".join(nearest)
             return ctx.graded(
-                _status_rule(ctx, "shared_rail_severity", "warn"), gpu.label,
+                ctx.severity("shared_rail_severity", "warn"), gpu.label,
                 f"{gpu.label} has no rail NIC of its own: its nearest "
                 f"{'NICs ' + nics + ' are' if len(nearest) > 1 else 'NIC ' + nics + ' is'} already the rail of "
                 f"{', '.join(holders)}", evidence=evidence, rule="one_rail_per_gpu",
@@ -153,11 +147,11 @@ def _placement_finding(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], r
     else:
         rank = best
     if rank == RANK["SYS"]:
-        return ctx.graded(_status_rule(ctx, "cross_socket_severity", "fail"), gpu.label,
+        return ctx.graded(ctx.severity("cross_socket_severity", "fail"), gpu.label,
                           f"{where} is across the CPU socket{taken_note}", evidence=evidence,
                           remedy=CROSS_SOCKET_REMEDY, rule="cross_socket_severity")
     if rank > expected_rank:
-        return ctx.graded(_status_rule(ctx, "above_expected_severity", "warn"), gpu.label,
+        return ctx.graded(ctx.severity("above_expected_severity", "warn"), gpu.label,
                           f"{where}, expected {LEVELS[expected_rank]} or closer{taken_note}", evidence=evidence,
                           remedy=CROSS_SOCKET_REMEDY, rule="expected_level")
     numa_text = f", NUMA node {gpu.numa_node}" if gpu.numa_node is not None else ""
@@ -187,7 +181,7 @@ def _numa_finding(ctx: CheckContext, gpu: Gpu, hcas: Mapping[str, Hca], problem:
         return ctx.unknown(gpu.label, f"no compute NIC known on NUMA node {gpu.numa_node} of {gpu.label}, and the "
                            f"NUMA node of some NICs is unknown ({problem})", evidence=evidence)
     placed = ", ".join(f"{name} on node {numa}" for name, numa in nic_numa.items())
-    return ctx.graded(_status_rule(ctx, "numa_mismatch_severity", "fail"), gpu.label,
+    return ctx.graded(ctx.severity("numa_mismatch_severity", "fail"), gpu.label,
                       f"no compute NIC on NUMA node {gpu.numa_node} of {gpu.label} ({placed})",
                       evidence=evidence, remedy=CROSS_SOCKET_REMEDY, rule="numa_mismatch_severity")
 

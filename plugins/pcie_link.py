@@ -21,13 +21,11 @@ from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.checks.rules import virtual_function_note
-from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Gpu, Hca, Inventory, PcieLink
 from netdoctor.report.model import STATUS_SEVERITY
 from netdoctor.util import natural_key
 
 CHECK_ID = "pcie-link"
-JUDGED_STATUSES = {"pass", "warn", "fail", "unknown"}
 GPU_REMEDY = ("reseat the GPU (or its baseboard/riser), check the slot's BIOS link setting and the retimers; "
               "`nvidia-smi -q -d PCIE` shows the link under load")
 NIC_REMEDY = ("reseat the NIC or its riser, check the slot's BIOS link setting; "
@@ -50,11 +48,6 @@ class Verdict:
     rule: str | None = None
 
 
-def _status_rule(ctx: CheckContext, key: str, default: str) -> Status:
-    value = ctx.rule(key, default)
-    if value not in JUDGED_STATUSES:
-        raise RulesError(f"[{CHECK_ID}] {key} = {value!r}: expected one of {sorted(JUDGED_STATUSES)}")
-    return Status(value)
 
 
 def _describe(link: PcieLink, current: bool) -> str:
@@ -132,7 +125,7 @@ def _judge_gpu(ctx: CheckContext, gpu: Gpu) -> Finding:
     assert link.current_width is not None and link.max_width is not None
     verdicts: list[Verdict] = []
     if link.current_width < link.max_width:
-        verdicts.append(Verdict(_status_rule(ctx, "low_width_severity", "fail"),
+        verdicts.append(Verdict(ctx.severity("low_width_severity", "fail"),
                                 f"PCIe link runs at x{link.current_width} of x{link.max_width} "
                                 f"(lanes lost: never power saving)", "low_width_severity"))
     if link.current_gen < link.max_gen:
@@ -140,7 +133,7 @@ def _judge_gpu(ctx: CheckContext, gpu: Gpu) -> Finding:
         idle_from = int(ctx.rule("power_saving_min_pstate", 1))
         pstate = gpu.performance_state
         if pstate is None:
-            verdicts.append(Verdict(_status_rule(ctx, "unknown_pstate_severity", "unknown"),
+            verdicts.append(Verdict(ctx.severity("unknown_pstate_severity", "unknown"),
                                     f"{gen_text} and the P-state is unknown, so power saving cannot be "
                                     f"told from a degraded link ({inventory.source('nvml').reason()})",
                                     "unknown_pstate_severity"))
@@ -148,7 +141,7 @@ def _judge_gpu(ctx: CheckContext, gpu: Gpu) -> Finding:
             verdicts.append(Verdict(Status.PASS, f"Gen{link.current_gen} in P{pstate} is power saving "
                                     f"(retrains to Gen{link.max_gen} under load)"))
         else:
-            verdicts.append(Verdict(_status_rule(ctx, "gpu_low_speed_severity", "warn"),
+            verdicts.append(Verdict(ctx.severity("gpu_low_speed_severity", "warn"),
                                     f"{gen_text} while busy (P{pstate})", "gpu_low_speed_severity"))
     if "conflict" in notes:
         verdicts.append(Verdict(Status.PASS, "NVML and sysfs disagree; NVML used"))
@@ -168,7 +161,7 @@ def _judge_nic(ctx: CheckContext, address: str, hcas: list[Hca]) -> Finding:
     evidence = {"hca": names, **_link_evidence(link)}
     verdicts: list[Verdict] = []
     if link.current_width < link.max_width:
-        verdicts.append(Verdict(_status_rule(ctx, "low_width_severity", "fail"),
+        verdicts.append(Verdict(ctx.severity("low_width_severity", "fail"),
                                 f"{names} PCIe link runs at x{link.current_width} of x{link.max_width}",
                                 "low_width_severity"))
     # ConnectX NICs keep their link at the trained speed (no idle downclocking): a lower gen
@@ -176,7 +169,7 @@ def _judge_nic(ctx: CheckContext, address: str, hcas: list[Hca]) -> Finding:
     # link that trained down. Either caps RDMA bandwidth; only the pack knows the slots.
     slow_speed = link.current_gen < link.max_gen
     if slow_speed:
-        verdicts.append(Verdict(_status_rule(ctx, "nic_low_speed_severity", "warn"),
+        verdicts.append(Verdict(ctx.severity("nic_low_speed_severity", "warn"),
                                 f"{names} PCIe link runs at {_describe(link, True)}, below the card's maximum "
                                 f"{_describe(link, False)}: a slower slot, or a link that trained down",
                                 "nic_low_speed_severity"))

@@ -19,20 +19,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from netdoctor.checks import CheckContext, Finding, Status, check
+from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.checks.rules import classified_ports, unavailable_reason, virtual_function_note
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import LinkLayer, Netdev, Port
 
 CHECK_ID = "pfc-ecn"
-JUDGED_STATUSES = {"pass", "warn", "fail", "unknown"}
 
 
-def _status_rule(ctx: CheckContext, key: str, default: str) -> Status:
-    value = ctx.rule(key, default)
-    if value not in JUDGED_STATUSES:
-        raise RulesError(f"[{CHECK_ID}] {key} = {value!r}: expected one of {sorted(JUDGED_STATUSES)}")
-    return Status(value)
 
 
 def _rdma_priority(ctx: CheckContext) -> int:
@@ -82,7 +76,7 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
         if priority not in qos.pfc_enabled:
             enabled = ",".join(map(str, qos.pfc_enabled)) or "none"
             problems.append(ctx.graded(
-                _status_rule(ctx, "pfc_missing_severity", "fail"), name,
+                ctx.severity("pfc_missing_severity", "fail"), name,
                 f"PFC is off on RDMA priority {priority} of {name} (enabled on: {enabled}); RoCE runs lossy",
                 evidence=evidence, rule="rdma_priority",
                 remedy=f"mlnx_qos -i {name} --pfc {','.join('1' if p == priority else '0' for p in range(8))} "
@@ -90,7 +84,7 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
         others = sorted(set(qos.pfc_enabled) - {priority})
         if others and not ctx.rule("allow_pfc_on_other_priorities", False):
             problems.append(ctx.graded(
-                _status_rule(ctx, "other_pfc_severity", "warn"), name,
+                ctx.severity("other_pfc_severity", "warn"), name,
                 f"PFC is also on for priorities {','.join(map(str, others))} of {name}: pauses spread to "
                 f"non-RDMA traffic", evidence=evidence, rule="allow_pfc_on_other_priorities",
                 remedy=f"enable PFC only on priority {priority}: mlnx_qos -i {name} --pfc "
@@ -102,7 +96,7 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
                                             evidence=evidence))
             elif qos.trust != expected_trust:
                 problems.append(ctx.graded(
-                    _status_rule(ctx, "trust_mismatch_severity", "warn"), name,
+                    ctx.severity("trust_mismatch_severity", "warn"), name,
                     f"{name} trusts {qos.trust}, expected {expected_trust}: RoCE packets may not land on "
                     f"priority {priority}", evidence=evidence, rule="expected_trust",
                     remedy=f"mlnx_qos -i {name} --trust {expected_trust}"))
@@ -111,7 +105,7 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
         disabled = [point for point, table in (("np", ecn_np), ("rp", ecn_rp)) if table.get(priority) is False]
         if disabled:
             problems.append(ctx.graded(
-                _status_rule(ctx, "ecn_missing_severity", "warn"), name,
+                ctx.severity("ecn_missing_severity", "warn"), name,
                 f"RoCE ECN ({'/'.join(disabled)}) is off on priority {priority} of {name}: no DCQCN "
                 f"congestion control, PFC alone absorbs congestion", evidence=evidence, rule="require_ecn",
                 remedy="; ".join(f"echo 1 > /sys/class/net/{name}/ecn/roce_{point}/enable/{priority}"

@@ -75,7 +75,7 @@ def test_any_link_downed_increase_fails_even_over_a_short_interval() -> None:
     assert finding.summary.startswith("link_downed rose by 1 in 30 s (120/h; limit: any increase)")
     assert finding.rule == "link_downed"
     assert finding.evidence == {"counter": "link_downed", "value": 3, "previous": 2, "delta": 1, "elapsed_s": 30.0,
-                                "per_hour": 120.0, "allowed": 0.0}
+                                "per_hour": 120.0, "allowed": 0.0, "error_growth": 1}
 
 
 def test_absolute_level_without_history_warns() -> None:

@@ -6,8 +6,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory
 from netdoctor.report.model import Finding, Status
+
+# What a rule pack may set a finding's status to (skip is decided by applicability, not thresholds).
+JUDGED_STATUSES = frozenset({"pass", "warn", "fail", "unknown"})
 
 # The closed vocabulary of inputs a check can declare; netdoctor.checks.needs says how
 # each is judged available (pass through), not applicable (skip) or unavailable (unknown).
@@ -91,6 +95,15 @@ class CheckContext:
     def skip(self, subject: str, summary: str, **kwargs: Any) -> Finding:
         return self.finding(Status.SKIP, subject, summary, **kwargs)
 
+    def severity(self, key: str, default: str) -> Status:
+        """A status the rule pack sets (`low_width_severity = "fail"`); anything but a judged status is a RulesError."""
+        value = self.rule(key, default)
+        if value not in JUDGED_STATUSES:
+            raise RulesError(f"[{self.check_id}] {key} = {value!r}: expected one of {sorted(JUDGED_STATUSES)}")
+        return Status(value)
+
     def graded(self, status: str | Status, subject: str, summary: str, **kwargs: Any) -> Finding:
         """A finding whose status comes from the rule pack (e.g. `severity = "warn"`)."""
+        if status not in JUDGED_STATUSES:
+            raise RulesError(f"[{self.check_id}] status {status!r} from the rule pack: expected one of {sorted(JUDGED_STATUSES)}")
         return self.finding(Status(status), subject, summary, **kwargs)

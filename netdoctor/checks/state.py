@@ -25,10 +25,9 @@ import errno
 import fcntl
 import json
 import os
-import tempfile
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ import structlog
 
 from netdoctor.checks.api import CounterHistory
 from netdoctor.inventory.model import Inventory
+from netdoctor.util import atomic_write, parse_iso_utc
 
 log = structlog.get_logger(__name__)
 
@@ -58,14 +58,11 @@ def counter_readings(inventory: Inventory) -> dict[str, dict[str, int | None]]:
 
 
 def parse_timestamp(text: str) -> datetime | None:
-    """ISO 8601 (`2026-11-21T22:40:00Z`, with or without offset) -> aware UTC datetime, None if bad."""
+    """ISO 8601 (`2026-11-21T22:40:00Z`) -> aware UTC datetime; None when it does not parse."""
     try:
-        stamp = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except (TypeError, ValueError):
+        return parse_iso_utc(text)
+    except ValueError:
         return None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=timezone.utc)
-    return stamp
 
 
 def elapsed_seconds(earlier: str, later: str) -> float | None:
@@ -176,18 +173,7 @@ def _locked(lock_path: Path, timeout_s: float) -> Iterator[None]:
 
 
 def _write_atomic(path: Path, document: dict[str, Any]) -> None:
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            json.dump(document, stream, separators=(",", ":"), sort_keys=True)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+    atomic_write(path, json.dumps(document, separators=(",", ":"), sort_keys=True))
 
 
 def _bounded(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
-from netdoctor.inventory.model import LinkLayer, PhysState, PortState
+from netdoctor.vocabulary import LinkLayer, PhysState, PortState
 
 # CSI sequences (ESC [ ... letter): nvidia-smi underlines its header row when stdout is a tty.
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

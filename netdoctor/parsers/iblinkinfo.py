@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
-from netdoctor.inventory.model import PhysState, PortState
+from netdoctor.vocabulary import PhysState, PortState
 from netdoctor.parsers.common import (
     is_paste_noise,
     numbered_lines,

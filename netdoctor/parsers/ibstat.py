@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import structlog
 
 from netdoctor.errors import NothingToParse, ParseError
-from netdoctor.inventory.model import LinkLayer, LinkRate, PhysState, PortState
+from netdoctor.vocabulary import LinkLayer, LinkRate, PhysState, PortState
 from netdoctor.parsers.common import (
     find_tool_errors,
     is_paste_noise,

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
-from netdoctor.inventory.model import LinkLayer, LinkRate, PhysState, PortState
+from netdoctor.vocabulary import LinkLayer, LinkRate, PhysState, PortState
 from netdoctor.parsers.common import (
     is_paste_noise,
     is_redacted,

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
-from netdoctor.inventory.model import Topology
+from netdoctor.vocabulary import Topology
 from netdoctor.parsers.common import (
     is_elision_line,
     is_prompt_line,

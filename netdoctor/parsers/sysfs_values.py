@@ -11,7 +11,7 @@ import functools
 import re
 
 from netdoctor.errors import ParseError
-from netdoctor.inventory.model import LinkRate, PhysState, PortState
+from netdoctor.vocabulary import LinkRate, PhysState, PortState
 from netdoctor.parsers.common import phys_state_from_text, port_state_from_text
 
 # Per-lane *signalling* rate of each IB speed class, in Gb/s, as iblinkinfo prints it.

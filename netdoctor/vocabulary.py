@@ -1,0 +1,85 @@
+"""The words every layer shares: IB port states, link layers, link rates, the GPU/NIC matrix.
+
+Parsers produce them from tool output and the inventory is built of them, so they live
+below both (netdoctor.inventory.model re-exports them).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class LinkLayer(enum.StrEnum):
+    INFINIBAND = "InfiniBand"
+    ETHERNET = "Ethernet"
+
+
+class PortState(enum.StrEnum):
+    """IB logical port state (sysfs `state`, ibstat `State`, ibv_devinfo `state`)."""
+
+    DOWN = "DOWN"
+    INIT = "INIT"
+    ARMED = "ARMED"
+    ACTIVE = "ACTIVE"
+    ACTIVE_DEFER = "ACTIVE_DEFER"
+
+
+class PhysState(enum.StrEnum):
+    """IB physical port state (sysfs `phys_state`, ibstat `Physical state`)."""
+
+    SLEEP = "Sleep"
+    POLLING = "Polling"
+    DISABLED = "Disabled"
+    TRAINING = "PortConfigurationTraining"
+    LINK_UP = "LinkUp"
+    LINK_ERROR_RECOVERY = "LinkErrorRecovery"
+    PHY_TEST = "PhyTest"
+
+
+@dataclass(frozen=True)
+class LinkRate:
+    """A port's negotiated rate: `400 Gb/sec (4X NDR)` -> gbps=400, width=4, speed="NDR".
+
+    `lane_gbps` is the per-lane signalling rate where a source gives it (iblinkinfo,
+    ibv_devinfo `active_speed`). `speed` is the IB speed class name (SDR..XDR) or None.
+    """
+
+    gbps: float | None
+    width: int | None = None
+    speed: str | None = None
+    lane_gbps: float | None = None
+
+    def describe(self) -> str:
+        parts = []
+        if self.width:
+            parts.append(f"{self.width}X")
+        if self.speed:
+            parts.append(self.speed)
+        rate = f"{self.gbps:g} Gb/s" if self.gbps is not None else "unknown rate"
+        return f"{rate} ({' '.join(parts)})" if parts else rate
+
+
+@dataclass(frozen=True)
+class Topology:
+    """`nvidia-smi topo -m`: the connection type between every pair of devices.
+
+    Device labels are as printed (`GPU0`, `NIC3`). `nic_names` maps `NIC3` -> `mlx5_3`
+    (from the NIC legend; empty where the legend is missing).
+    """
+
+    gpus: tuple[str, ...]
+    nics: tuple[str, ...]
+    links: dict[tuple[str, str], str]              # (GPU0, NIC3) -> "PIX"
+    nic_names: dict[str, str] = field(default_factory=dict)
+    cpu_affinity: dict[str, str] = field(default_factory=dict)
+    numa_affinity: dict[str, int | None] = field(default_factory=dict)
+
+    def link(self, a: str, b: str) -> str | None:
+        return self.links.get((a, b))
+
+    def nic_label(self, hca_name: str) -> str | None:
+        for label, name in self.nic_names.items():
+            if name == hca_name:
+                return label
+        return None
