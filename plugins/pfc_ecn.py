@@ -42,7 +42,7 @@ def _netdev_name(ctx: CheckContext, port: Port) -> str | None:
 
 
 def _roce_netdevs(ctx: CheckContext, roce_ports: list[Port]) -> tuple[dict[str, list[str]], list[Port]]:
-    """RDMA port -> netdev, from Port.netdev (ibdev2netdev / sysfs) or Netdev.rdma_port."""
+    """netdev -> its RDMA ports (from Port.netdev: ibdev2netdev / sysfs, or Netdev.rdma_port), and the ports with no netdev."""
     by_netdev: dict[str, list[str]] = {}
     unmapped: list[Port] = []
     for port in roce_ports:

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from netdoctor.host.netdevs import NetdevFacts
 
 
 class CommandState(enum.StrEnum):
@@ -96,4 +99,8 @@ class NodeSource(Protocol):
 
     def nvml(self) -> tuple[dict[str, Any] | None, str]:
         """The NVML report (nvml.json shape) or None, and a status text (`ok`, `no NVIDIA driver`, error)."""
+        ...
+
+    def netdevs(self) -> list[NetdevFacts]:
+        """The network interfaces (netlink on a live node, sysfs in a snapshot)."""
         ...

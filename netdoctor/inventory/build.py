@@ -276,12 +276,8 @@ class _Builder:
 
     def read_netdevs(self) -> None:
         started = time.monotonic()
-        netdevs_reader = getattr(self.source, "netdevs", None)
-        if netdevs_reader is None:
-            self.status("netdevs", SourceState.NOT_RUN, "source cannot list netdevs")
-            return
         try:
-            facts = netdevs_reader()
+            facts = self.source.netdevs()
         except NetdoctorError:
             raise
         except OSError as error:
@@ -604,15 +600,14 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
         builder.read_pci_gpus()
         port_tools = pool.submit(source.run, _port_commands(builder.inventory), deadline)
         builder.read_nvml()
+        sysfs_named_hcas = bool(builder.inventory.hcas)
         results = dict(node_tools.result())
         port_results = port_tools.result()
-    if not builder.inventory.hcas:
+    _apply_node_tools(builder, results)
+    if not sysfs_named_hcas:
         # sysfs named no HCA: per-port tools follow what ibstat found instead.
-        _apply_node_tools(builder, results)
         late = _port_commands(builder.inventory)
         port_results = source.run(late, deadline) if late else {}
-    else:
-        _apply_node_tools(builder, results)
     builder.apply_perfquery(port_results[name] for name in sorted(port_results) if name.startswith("perfquery-x-"))
     builder.apply_mlnx_qos(port_results[name] for name in sorted(port_results) if name.startswith("mlnx_qos-"))
     builder.gpus_from_pci_bus()
