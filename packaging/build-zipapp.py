@@ -36,8 +36,10 @@ MAIN = r'''"""netdoctor single-file build: python3 netdoctor.pyz check ...
 The archive unpacks itself once into a cache directory and runs from there, so code
 that reads its own data files by path (rule packs, examples) works as when installed.
 """
+import atexit
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import zipfile
@@ -57,32 +59,70 @@ def _cache_root():
     return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "netdoctor")
 
 
-def _trusted(path):
-    # Never run code from a directory someone else could have written.
-    info = os.stat(path)
-    return info.st_uid == os.geteuid() and not info.st_mode & 0o022
+def _trusted(path, owners=None):
+    # Never run code from a directory someone else could have written: a real directory
+    # (not a symlink), owned by us (the cache root: or root), not group/other-writable.
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(info.st_mode) and info.st_uid in (owners or (os.geteuid(),))
+            and not info.st_mode & 0o022)
+
+
+def _ready(target):
+    return _trusted(target) and os.path.isfile(os.path.join(target, ".complete"))
+
+
+def _extract(archive, directory):
+    mask = os.umask(0o022)
+    try:
+        os.chmod(directory, 0o755)
+        with zipfile.ZipFile(archive) as bundle:
+            bundle.extractall(directory)
+        open(os.path.join(directory, ".complete"), "w").close()
+    finally:
+        os.umask(mask)
+
+
+def _private(archive, staging=None):
+    # A fresh directory only this process knows, removed when it exits.
+    if staging is None:
+        staging = tempfile.mkdtemp(prefix="netdoctor-pyz-")
+        _extract(archive, staging)
+    atexit.register(shutil.rmtree, staging, True)
+    return staging
 
 
 def _unpacked(archive):
     root = _cache_root()
     target = os.path.join(root, f"pyz-{BUILD_ID}")
-    if os.path.isfile(os.path.join(target, ".complete")) and _trusted(target):
-        return target
     try:
         os.makedirs(root, mode=0o755, exist_ok=True)
+    except OSError:
+        return _private(archive)
+    if not _trusted(root, (os.geteuid(), 0)):
+        print(f"netdoctor: not using cache {root}: not a directory owned by this user or root, or writable by "
+              "others; unpacking privately", file=sys.stderr)
+        return _private(archive)
+    if _ready(target):
+        return target
+    try:
         staging = tempfile.mkdtemp(prefix=".unpack-", dir=root)
     except OSError:
-        staging = tempfile.mkdtemp(prefix="netdoctor-pyz-")
-        target = staging
-    os.chmod(staging, 0o755)
-    with zipfile.ZipFile(archive) as bundle:
-        bundle.extractall(staging)
-    open(os.path.join(staging, ".complete"), "w").close()
-    if staging != target:
-        try:
-            os.rename(staging, target)
-        except OSError:            # another run unpacked it first
+        return _private(archive)
+    _extract(archive, staging)
+    try:
+        os.rename(staging, target)
+    except OSError:
+        # Another run unpacked it first, or something else holds the name: use it only
+        # if it is complete and trusted, else run from our own copy.
+        if _ready(target):
             shutil.rmtree(staging, ignore_errors=True)
+            return target
+        print(f"netdoctor: not using {target}: incomplete, not owned by this user, or writable by others "
+              "(remove it); unpacking privately", file=sys.stderr)
+        return _private(archive, staging)
     return target
 
 

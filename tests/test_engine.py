@@ -322,6 +322,9 @@ class FakeSource:
             RELEASE.wait(self.hang_s)
         return None, "no NVIDIA driver"
 
+    def netdevs(self) -> list[Any]:
+        return []
+
 
 def test_run_check_grades_and_reports_plugin_problems() -> None:
     registry = _registry(Check("port-state", "x", _returning(Status.PASS), ("rdma",)),

@@ -83,6 +83,69 @@ def test_zipapp_checks_snapshots_in_a_clean_venv(zipapp: Path, clean_python: Pat
     assert not unpacked[0].stat().st_mode & 0o022
 
 
+def _build_id(archive: Path) -> str:
+    main = zipfile.ZipFile(archive).read("__main__.py").decode()
+    found = re.search(r'^BUILD_ID = "(\w+)"$', main, re.M)
+    assert found, "no BUILD_ID in __main__.py"
+    return found.group(1)
+
+
+def _poisoned_package(directory: Path, marker: Path) -> None:
+    """A netdoctor package that, if ever imported, leaves a marker file behind."""
+    (directory / "netdoctor").mkdir(parents=True)
+    (directory / "netdoctor" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (directory / ".complete").touch()
+
+
+@pytest.mark.parametrize("case", ["target-other-owner", "target-group-writable", "target-incomplete",
+                                  "root-other-owner", "root-world-writable"])
+def test_zipapp_never_runs_code_from_an_untrusted_cache(zipapp: Path, clean_python: Path, tmp_path: Path, case: str) -> None:
+    if "other-owner" in case and os.geteuid() != 0:
+        pytest.skip("chown to another user needs root")
+    cache = tmp_path / "cache"
+    target = cache / f"pyz-{_build_id(zipapp)}"
+    marker = tmp_path / "imported-from-untrusted-cache"
+    _poisoned_package(target, marker)
+    for directory in (cache, target):
+        directory.chmod(0o755)
+    if case == "target-other-owner":
+        os.chown(target, 65534, 65534)
+    elif case == "target-group-writable":
+        target.chmod(0o775)
+    elif case == "target-incomplete":
+        (target / ".complete").unlink()
+    elif case == "root-other-owner":
+        os.chown(cache, 65534, 65534)      # target itself looks trusted: only the root check saves us
+    elif case == "root-world-writable":
+        cache.chmod(0o777)
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
+    env.update(NETDOCTOR_PYZ_CACHE=str(cache), TMPDIR=str(private_tmp))
+    done = subprocess.run([str(clean_python), str(zipapp), "checks"], capture_output=True, text=True, timeout=120,
+                          env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "port-state" in done.stdout
+    assert not marker.exists(), f"imported netdoctor from {target}"
+    assert "unpacking privately" in done.stderr
+    # The untrusted directory is left alone, and the private copy is gone after the run.
+    assert (target / "netdoctor" / "__init__.py").is_file()
+    assert sorted(path.name for path in cache.iterdir()) == [target.name]
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_zipapp_reuses_its_own_cache(zipapp: Path, clean_python: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTHON")}
+    env["NETDOCTOR_PYZ_CACHE"] = str(cache)
+    for _ in range(2):
+        done = subprocess.run([str(clean_python), str(zipapp), "checks"], capture_output=True, text=True, timeout=120,
+                              env=env, cwd=tmp_path)
+        assert done.returncode == 0 and "port-state" in done.stdout, done.stderr
+        assert "unpacking privately" not in done.stderr
+    assert [path.name for path in cache.iterdir()] == [f"pyz-{_build_id(zipapp)}"]
+
+
 @pytest.mark.skipif(shutil.which("dpkg-deb") is None, reason="dpkg-deb is not installed")
 def test_deb_installs_cli_rules_hooks_and_units(tmp_path: Path) -> None:
     built = subprocess.run([str(PACKAGING / "debian" / "build-deb.sh"), str(tmp_path / "out")], capture_output=True,

@@ -491,3 +491,18 @@ def test_every_threshold_the_checks_read_is_in_the_default_pack() -> None:
                 list(function(CheckContext(check_id, inventory, rules, history=history)))
         missing = asked - set(default.section(check_id))
         assert asked and not missing, f"{check_id} reads keys missing from default.toml: {sorted(missing)}"
+
+
+def test_a_site_pack_without_extends_stands_on_default_and_rejects_typos(tmp_path) -> None:
+    from netdoctor.checks.rules import load_rules
+    from netdoctor.errors import RulesError
+
+    pack = tmp_path / "site.toml"
+    pack.write_text('[pack]\nname = "site"\ndescription = "one threshold"\n[mtu]\nib_mtu = 2048\n')
+    loaded = load_rules(str(pack), env={})
+    assert loaded.section("mtu")["ib_mtu"] == 2048
+    assert loaded.section("mtu")["roce_min_mtu"] == 4200            # from default.toml
+    assert "symbol_error_absolute" in loaded.section("error-counters")
+    pack.write_text('[pack]\nname = "site"\ndescription = "typo"\n[mtu]\nib_active_mtu = 2048\n')
+    with pytest.raises(RulesError, match="ib_active_mtu"):
+        load_rules(str(pack), env={})

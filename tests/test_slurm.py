@@ -44,15 +44,16 @@ def fake_scontrol(directory: Path, show_node: str = "") -> Path:
     return script
 
 
-def run_hook(tmp_path: Path, mode: str, snapshot: Path | str, show_node: str = "", **policy: str) -> tuple[int, list[str], str]:
+def run_hook(tmp_path: Path, mode: str, snapshot: Path | str, show_node: str = "", extra_env: dict[str, str] | None = None,
+             **policy: str) -> tuple[int, list[str], str]:
     scontrol = fake_scontrol(tmp_path, show_node)
     config = write_config(
         tmp_path / "slurm-hook.conf",
         NETDOCTOR=policy.pop("NETDOCTOR", NETDOCTOR), PYTHON=sys.executable, SNAPSHOT=str(snapshot),
-        REPORT_DIR=str(tmp_path / "reports"), SCONTROL=str(scontrol), SYSLOG="no", **policy,
+        REPORT_DIR=policy.pop("REPORT_DIR", str(tmp_path / "reports")), SCONTROL=str(scontrol), SYSLOG="no", **policy,
     )
     env = {**os.environ, "NETDOCTOR_SLURM_CONFIG": str(config), "SLURMD_NODENAME": "gpu07", "SLURM_JOB_ID": "42",
-           "PYTHONPATH": str(REPO)}
+           "PYTHONPATH": str(REPO), **(extra_env or {})}
     done = subprocess.run([str(HOOKS / f"netdoctor-{mode}")], capture_output=True, text=True, env=env, timeout=120)
     calls_file = tmp_path / "scontrol.calls"
     calls = calls_file.read_text().splitlines() if calls_file.exists() else []
@@ -129,6 +130,96 @@ def test_healthcheck_resumes_only_its_own_drains(tmp_path: Path) -> None:
     theirs = "NodeName=gpu07 State=IDLE+DRAIN Reason=bad DIMM [admin@2026-11-21T23:00:00]"
     code, calls, _ = run_hook(tmp_path, "healthcheck", HEALTHY, show_node=theirs)
     assert code == 0 and calls == ["show node gpu07 -o"]
+
+
+def fake_netdoctor(directory: Path, grade: str) -> Path:
+    """Prints a minimal report of the given grade, like `netdoctor check --format json`."""
+    finding = {"check": "port-state", "subject": "mlx5_2:1", "status": grade, "summary": "port is down"}
+    report = {"schema": "netdoctor.report/1", "grade": grade, "findings": [] if grade == "pass" else [finding]}
+    script = directory / f"netdoctor-{grade}"
+    script.write_text(f"#!/bin/bash\ncat <<'EOF'\n{json.dumps(report)}\nEOF\nexit 0\n")
+    script.chmod(0o755)
+    return script
+
+
+OURS = "NodeName=gpu07 State=IDLE+DRAIN Reason=netdoctor: port-state mlx5_2:1 - port is down [root@2026-11-21T23:00:00]"
+
+
+@pytest.mark.parametrize("grade", ["warn", "unknown"])
+def test_healthcheck_resumes_only_on_pass(tmp_path: Path, grade: str) -> None:
+    # Tolerated by the policy (not drained), but not healthy: the node stays drained.
+    code, calls, stderr = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=OURS,
+                                   NETDOCTOR=str(fake_netdoctor(tmp_path, grade)), DRAIN_ON="fail")
+    assert code == 0, stderr
+    assert calls == []                                 # no resume, not even a look at the node
+    code, calls, stderr = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=OURS,
+                                   NETDOCTOR=str(fake_netdoctor(tmp_path, "pass")))
+    assert code == 0, stderr
+    assert calls == ["show node gpu07 -o", "update nodename=gpu07 state=resume"]
+
+
+@pytest.mark.parametrize("report_dir", ["uncreatable", "world-writable", "symlink"])
+def test_hook_never_writes_predictable_shared_paths(tmp_path: Path, report_dir: str) -> None:
+    """Without a usable REPORT_DIR the hook must not fall back to fixed names in /tmp (root, symlinks)."""
+    shared_tmp = tmp_path / "tmp"
+    shared_tmp.mkdir(mode=0o1777)
+    shared_tmp.chmod(0o1777)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    for name in ("prolog-gpu07.json", "prolog-gpu07.err", "slurm-hook.log", "prolog-gpu07.json.1234"):
+        (shared_tmp / name).symlink_to(victim)
+    if report_dir == "uncreatable":
+        (tmp_path / "a-file").write_text("")
+        directory = tmp_path / "a-file" / "reports"           # mkdir -p fails, even as root
+    elif report_dir == "world-writable":
+        directory = shared_tmp
+    else:                                                     # someone else's link: not ours to follow
+        directory = shared_tmp / "reports"
+        (tmp_path / "elsewhere").mkdir()
+        directory.symlink_to(tmp_path / "elsewhere")
+        if os.geteuid() == 0:
+            os.lchown(directory, 65534, 65534)
+        else:
+            pytest.skip("a symlink owned by another user needs root")
+    code, calls, stderr = run_hook(tmp_path, "prolog", "/nonexistent", NETDOCTOR=str(fake_netdoctor(tmp_path, "fail")),
+                                   REPORT_DIR=str(directory), extra_env={"TMPDIR": str(shared_tmp)})
+    assert code == 1, stderr
+    assert calls[0].startswith("update nodename=gpu07 state=drain reason=netdoctor: port-state mlx5_2:1")
+    assert "report not kept" in stderr
+    assert victim.read_text() == "precious\n"
+    # Only the planted links (and the test's own directory) remain: the private directory is removed.
+    left = sorted(path.name for path in shared_tmp.iterdir())
+    assert left == sorted(["prolog-gpu07.json", "prolog-gpu07.err", "slurm-hook.log", "prolog-gpu07.json.1234"]
+                          + (["reports"] if report_dir == "symlink" else []))
+    if report_dir == "symlink":
+        assert not list((tmp_path / "elsewhere").iterdir())
+
+
+def test_hook_ignores_a_policy_others_can_write(tmp_path: Path) -> None:
+    """The policy names commands root runs: a world-writable one is not obeyed."""
+    marker = tmp_path / "ran-from-untrusted-policy"
+    planted = tmp_path / "planted"
+    planted.write_text(f"#!/bin/bash\ntouch {marker}\n")
+    planted.chmod(0o755)
+    # Defaults then apply: keep them off this machine (fake netdoctor/scontrol first on PATH,
+    # and a mkdir that fails so /var/log/netdoctor is not created).
+    bin_directory = tmp_path / "bin"
+    bin_directory.mkdir()
+    (bin_directory / "netdoctor").symlink_to(fake_netdoctor(tmp_path, "pass"))
+    (bin_directory / "scontrol").symlink_to(fake_scontrol(tmp_path))
+    (bin_directory / "mkdir").write_text("#!/bin/sh\nexit 1\n")
+    (bin_directory / "mkdir").chmod(0o755)
+    config = write_config(tmp_path / "policy.conf", NETDOCTOR=str(planted), SCONTROL=str(planted), SYSLOG="no")
+    config.chmod(0o666)
+    env = {**os.environ, "NETDOCTOR_SLURM_CONFIG": str(config), "SLURMD_NODENAME": "gpu07",
+           "PATH": f"{bin_directory}:{os.environ['PATH']}", "TMPDIR": str(tmp_path)}
+    done = subprocess.run([str(HOOKS / "netdoctor-healthcheck")], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "writable by others" in done.stderr
+    assert not marker.exists()
+    config.chmod(0o644)
+    done = subprocess.run([str(HOOKS / "netdoctor-healthcheck")], capture_output=True, text=True, env=env, timeout=60)
+    assert marker.exists(), done.stderr
 
 
 # ---- a real SLURM ---------------------------------------------------------------------

@@ -335,8 +335,11 @@ def _load_chain(path: Path) -> tuple[dict[str, Any], list[Path]]:
             raise RulesError(f"rule pack {current} has no [pack] table")
         chain.append((current, data))
         parent = data.get("pack", {}).get("extends")
+        default = bundled_packs()["default"]
         if parent is None:
-            current = None
+            # Every pack stands on the default pack, so every threshold a check reads has a
+            # value from a rule pack (never from a fallback in code), even in a site's own pack.
+            current = default if resolved != default.resolve() else None
         elif not isinstance(parent, str):
             raise RulesError(f"rule pack {current}: [pack] extends must be a string, not {parent!r}")
         else:
@@ -344,13 +347,27 @@ def _load_chain(path: Path) -> tuple[dict[str, Any], list[Path]]:
     merged: dict[str, Any] = {}
     files: list[Path] = []
     for file_path, data in reversed(chain):
-        merged = _merge_pack(merged, data)
+        merged = _merge_pack(merged, data, str(file_path))
         files.append(file_path)
     return merged, files
 
 
-def _merge_pack(base: dict[str, Any], child: dict[str, Any]) -> dict[str, Any]:
-    """Merge a child pack over its parent: any key may be added; child port classes come first."""
+def _merge_pack(base: dict[str, Any], child: dict[str, Any], origin: str = "") -> dict[str, Any]:
+    """Merge a child pack over its parent; child port classes come first.
+
+    A check section the parent has may only set keys the parent knows (a typo such as
+    `ib_active_mtu` would otherwise be ignored); new sections (a plugin's), port classes,
+    `match` keys and [grade] lists may be added.
+    """
+    for section, table in child.items():
+        if section in ("pack", "port-classes", "grade") or not isinstance(table, dict):
+            continue
+        known = base.get(section)
+        if isinstance(known, dict) and known:
+            unknown = sorted(str(key) for key in table if key not in known)
+            if unknown:
+                raise RulesError(f"rule pack {origin}: unknown setting(s) {', '.join(unknown)} in [{section}] "
+                                 f"(known: {', '.join(sorted(map(str, known)))})")
     merged = _deep_merge(base, child, path=(), guard=False)
     merged_classes = merged.get("port-classes")
     if isinstance(merged_classes, dict) and isinstance(child.get("port-classes"), dict):
