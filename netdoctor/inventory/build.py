@@ -166,9 +166,8 @@ class _Builder:
             hca.hardware_version = _clean(self.sys.read(f"{base}/hw_rev"))
             hca.pci_address = _pci(self.sys.link_name(f"{base}/device") or _uevent_slot(self.sys.read(f"{base}/device/uevent")))
             hca.physical_function = _pci(self.sys.link_name(f"{base}/device/physfn"))
-            hca.numa_node = _value(sysfs_values.parse_int, self.sys.read(f"{base}/device/numa_node"), problems, f"{base}/device/numa_node")
-            if hca.numa_node is not None and hca.numa_node < 0:
-                hca.numa_node = None
+            hca.numa_node = _value(sysfs_values.parse_numa_node, self.sys.read(f"{base}/device/numa_node"), problems,
+                                   f"{base}/device/numa_node")
             for port_dir in sorted(self.sys.listdir(f"{base}/ports"), key=_numeric):
                 if not port_dir.isdigit():
                     continue
@@ -561,9 +560,8 @@ class _Builder:
                 link = self.read_pcie(gpu.pci_address)
                 if link:
                     inventory.pcie[gpu.pci_address] = link
-                sysfs_numa = _quiet(sysfs_values.parse_int, self.sys.read(f"bus/pci/devices/{gpu.pci_address}/numa_node"))
-                if sysfs_numa is not None and sysfs_numa >= 0:
-                    self.merge(gpu, "numa_node", sysfs_numa, "sysfs", gpu.label)
+                sysfs_numa = _quiet(sysfs_values.parse_numa_node, self.sys.read(f"bus/pci/devices/{gpu.pci_address}/numa_node"))
+                self.merge(gpu, "numa_node", sysfs_numa, "sysfs", gpu.label)
         # Netdev <-> RDMA port: ibdev2netdev / RoCE GID 0 already set Port.netdev; IPoIB
         # and single-port functions are found through the PCI function's net/ directory.
         netdevs_by_pci: dict[str, list[Netdev]] = {}
