@@ -13,7 +13,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -167,7 +167,8 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
             history = counter_history(options, inventory, environment, is_snapshot=node.is_snapshot,
                                       deadline=discovery_deadline)
         probe_for_checks, probe_report = _probe(options, inventory, wants_probe, deadline - reserve_s,
-                                                is_snapshot=node.is_snapshot)
+                                                is_snapshot=node.is_snapshot,
+                                                pass_fraction=float(pack.section("nccl-probe")["pass_fraction"]))
         findings, outcomes = run_checks(inventory, pack, registry, only=options.only, skip=options.skip,
                                         history=history, probe=probe_for_checks,
                                         deadline=deadline - reserve_s / 2, debug=options.debug)
@@ -227,8 +228,12 @@ def counter_history(options: CheckOptions, inventory: Inventory, env: Mapping[st
 
 
 def _probe(options: CheckOptions, inventory: Inventory, wants_probe: bool, deadline: float, *,
-           is_snapshot: bool) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(what the checks see, what the report carries): the report's `probe` only when it ran."""
+           is_snapshot: bool, pass_fraction: float) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """(what the checks see, what the report carries): the report's `probe` only when it ran.
+
+    Below `pass_fraction` of the expected bus bandwidth the probe spends what is left of
+    its budget naming the slow GPU or link.
+    """
     if not wants_probe:
         why = "--no-probe" if options.no_probe else "no selected check needs it"
         return {"skipped": why}, None
@@ -245,7 +250,8 @@ def _probe(options: CheckOptions, inventory: Inventory, wants_probe: bool, deadl
         result: dict[str, Any] = {"error": f"the NCCL probe is not available: {error}"}
         return result, result
     try:
-        raw = _call_with_deadline("nccl-probe", lambda: run_probe(gpus=None, budget_s=budget_s, inventory=inventory),
+        raw = _call_with_deadline("nccl-probe", lambda: run_probe(gpus=None, budget_s=budget_s, inventory=inventory,
+                                                                  localise_below_fraction=pass_fraction),
                                   deadline + 0.5)
     except _Timeout:
         result = {"error": f"the probe did not finish within {budget_s:.1f} s"}
@@ -255,16 +261,5 @@ def _probe(options: CheckOptions, inventory: Inventory, wants_probe: bool, deadl
             raise
         result = {"error": f"probe failed: {type(error).__name__}: {error}"}
         return result, result
-    result = probe_json(raw)
+    result = dict(raw)
     return result, result
-
-
-def probe_json(raw: Any) -> dict[str, Any]:
-    """The probe result as a JSON-ready dict, whatever shape run_probe returned."""
-    if hasattr(raw, "to_json"):
-        return dict(raw.to_json())
-    if isinstance(raw, Mapping):
-        return dict(raw)
-    if is_dataclass(raw) and not isinstance(raw, type):
-        return asdict(raw)
-    return {"error": f"the probe returned {type(raw).__name__}, not a result"}

@@ -6,6 +6,7 @@ import datetime as dt
 import importlib
 import os
 import re
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -57,10 +58,20 @@ def atomic_write(path: Path | str, data: bytes | str, mode: int = 0o644) -> None
 
     The temporary file lives beside the target (same filesystem, so the rename is atomic)
     and replaces it with os.replace, which swaps a symlink at `path` itself rather than
-    writing through it.
+    writing through it. A path that is not a regular file (`/dev/stdout`, a FIFO, a
+    device) is written through instead: replacing it would destroy it.
     """
     target = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        special = not stat.S_ISREG(os.stat(target).st_mode)   # follows links: /dev/stdout, a FIFO
+    except FileNotFoundError:
+        special = False
+    if special:
+        # A device, FIFO or terminal (`-o /dev/stdout`) is written to, never replaced.
+        with open(target, "wb") as handle:
+            handle.write(payload)
+        return
     descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(descriptor, "wb") as handle:

@@ -433,3 +433,37 @@ def test_root_refuses_a_plugin_owned_by_another_user(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     [problem] = json.loads(done.stdout)["plugin_problems"]
     assert "owned by uid 65534, not root" in problem["problem"]
+
+
+def test_special_files_are_written_through_not_replaced(tmp_path: Path) -> None:
+    """`-o /dev/null` or a FIFO stays what it is; `--state /dev/null` means no history, and no hang."""
+    import stat as stat_module
+    import threading
+
+    from netdoctor.util import atomic_write
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    atomic_write(fifo, "report\n")
+    reader.join(5)
+    assert received == [b"report\n"] and stat_module.S_ISFIFO(fifo.stat().st_mode)
+    atomic_write("/dev/null", "report\n")
+    assert stat_module.S_ISCHR(os.stat("/dev/null").st_mode)
+
+    state_fifo = tmp_path / "state-fifo"
+    os.mkfifo(state_fifo)
+    done = subprocess.run([*CLI, "check", "--no-probe", "--deadline", "5", "--snapshot", str(FIXTURE),
+                           "--state", str(state_fifo)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and stat_module.S_ISFIFO(state_fifo.stat().st_mode)
+
+
+def test_state_file_with_binary_garbage_is_replaced_not_fatal(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    state.write_bytes(b"\xff\xfe garbage")
+    done = subprocess.run([*CLI, "check", "--no-probe", "--snapshot", str(FIXTURE), "--state", str(state)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(state.read_text())["entries"]

@@ -25,6 +25,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -121,6 +122,9 @@ def _read_entries(path: Path) -> list[dict[str, Any]]:
     except OSError as error:
         log.warning("counter state unreadable", path=str(path), error=error.strerror or str(error))
         return []
+    except UnicodeDecodeError as error:
+        log.warning("counter state corrupt (not UTF-8); it will be replaced", path=str(path), error=str(error))
+        return []
     try:
         return _entries(json.loads(text))
     except ValueError as error:  # json.JSONDecodeError is a ValueError
@@ -141,8 +145,19 @@ def _find_entry(entries: list[dict[str, Any]], inventory: Inventory) -> tuple[di
     return None, reasons[0]
 
 
+def _regular_or_absent(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
 def read_counters(path: Path, inventory: Inventory) -> CounterHistory | None:
     """The previous reading of this host and boot from the state file, without writing it."""
+    if not _regular_or_absent(path):
+        return None
     entry, reason = _find_entry(_read_entries(path), inventory)
     if entry is None:
         log.info("no counter history", path=str(path), reason=reason)
@@ -197,6 +212,10 @@ def exchange_counters(path: Path, inventory: Inventory, *, lock_timeout_s: float
     there is none (first run, reboot), or the state file cannot be used (logged).
     """
     lock_path = path.with_name(path.name + ".lock")
+    if not _regular_or_absent(path):
+        # /dev/null, a FIFO, a directory: reading could block and replacing would destroy it.
+        log.warning("counter state is not a regular file; no growth judgement this run", path=str(path))
+        return None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with _locked(lock_path, lock_timeout_s):
