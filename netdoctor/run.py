@@ -42,6 +42,9 @@ TOOL_TIMEOUT_S = 5.0
 # Kept back from discovery for the checks and the report (they take milliseconds;
 # the margin covers a loaded node).
 RESERVE_S = 1.0
+# Third-party plugin imports get this long (a quarter of a short --deadline) before the
+# run goes on with the built-in checks alone.
+PLUGIN_LOAD_S = 2.0
 
 T = TypeVar("T")
 
@@ -115,6 +118,18 @@ def _call_with_deadline(name: str, function: Callable[[], T], wait_until: float)
     return box["value"]
 
 
+def _load_plugins(plugin_dirs: tuple[Path, ...], wait_s: float) -> Registry:
+    """The check registry; a third-party plugin whose import hangs costs the plugins, not the run."""
+    try:
+        return _call_with_deadline("plugin loading", lambda: load_registry(plugin_dirs), time.monotonic() + wait_s)
+    except _Timeout:
+        log.warning("third-party plugins did not finish loading", wait_s=wait_s)
+        registry = load_registry((), system_dir=None, entry_points=False)
+        registry.problem("plugins", f"third-party plugins did not finish loading within {wait_s:.1f} s "
+                                    "(an import that hangs); only the built-in checks ran")
+        return registry
+
+
 def discover(source: NodeSource, *, deadline: float, fabric_scan: bool | None = None) -> Inventory:
     """build_inventory bounded by `deadline`; raises DiscoveryTimeout when it did not finish."""
     from netdoctor.inventory.build import build_inventory
@@ -137,7 +152,9 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
     environment = os.environ if env is None else env
     started_at = utc_now_iso()
     start = time.monotonic()
-    registry = registry if registry is not None else load_registry(options.plugin_dirs)
+    if registry is None:
+        load_s = min(PLUGIN_LOAD_S, options.deadline_s / 4) if options.deadline_s else PLUGIN_LOAD_S
+        registry = _load_plugins(options.plugin_dirs, load_s)
     selected = select_checks(registry, options.only, options.skip)   # usage errors before any work
     wants_probe = not options.no_probe and any("probe" in check.needs for check in selected)
     total_s = options.deadline_s if options.deadline_s is not None else (

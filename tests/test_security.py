@@ -467,3 +467,18 @@ def test_state_file_with_binary_garbage_is_replaced_not_fatal(tmp_path: Path) ->
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert json.loads(state.read_text())["entries"]
+
+
+def test_plugin_whose_import_hangs_costs_the_plugins_not_the_deadline(tmp_path: Path) -> None:
+    plugins = tmp_path / "plugins"
+    plugins.mkdir(mode=0o755)
+    (plugins / "slow.py").write_text("import time\ntime.sleep(1000)\n")
+    (plugins / "slow.py").chmod(0o644)
+    started = time.monotonic()
+    done = subprocess.run([*CLI, "check", "--no-probe", "--format", "json", "--deadline", "4", "--snapshot", str(FIXTURE),
+                           "--plugin-dir", str(plugins)], capture_output=True, text=True, timeout=30)
+    assert time.monotonic() - started < 4 + 1.0
+    report = json.loads(done.stdout)
+    [problem] = [finding for finding in report["findings"] if finding["check"] == "plugins"]
+    assert problem["status"] == "unknown" and "did not finish loading" in problem["summary"]
+    assert {finding["check"] for finding in report["findings"]} >= {"port-state", "link-speed"}
