@@ -45,8 +45,8 @@ def synthetic_report(index: int, rng: random.Random) -> dict[str, Any]:
                          "evidence": {"rate_gbps": 200 if failing else 400, "expected_gbps": 400, "width": "4X"}})
         growth = rng.choice([0, 0, 0, 0, 0, 0, 0, 1]) if rng.random() < 0.999 else 5000
         findings.append({"check": "error-counters", "status": "pass", "subject": subject, "summary": "",
-                         "evidence": {"growth": {"symbol_error": growth, "link_downed": 0, "port_rcv_errors": 0},
-                                      "elapsed_s": 300}})
+                         "evidence": {"symbol_error_delta": growth, "link_downed_delta": 0, "port_rcv_errors_delta": 0,
+                                      "error_growth": growth, "elapsed_s": 300}})
         findings.append({"check": "mtu", "status": "pass", "subject": subject, "summary": "", "evidence": {"active_mtu": 4096}})
     for gpu in range(GPUS):
         findings.append({"check": "pcie-link", "status": "pass", "subject": f"0000:{0x18 + gpu * 0x10:02x}:00.0", "summary": "",

@@ -111,17 +111,81 @@ def test_json_that_is_not_a_netdoctor_report_is_invalid() -> None:
     assert no_findings.grade is NodeGrade.INVALID
 
 
+def counters_finding(subject: str, status: str = "pass", shadow: bool = False, **evidence: Any) -> dict[str, Any]:
+    """An error-counters finding shaped like the check's: `<counter>_delta` for every counter
+    with history (hw_counters too), and `error_growth` on the port's first finding only."""
+    finding: dict[str, Any] = {"check": "error-counters", "status": status, "subject": subject,
+                               "summary": "" if status == "pass" else f"{subject} errors grow", "evidence": evidence}
+    if shadow:
+        finding["shadow"] = True
+    return finding
+
+
 def test_shadow_findings_do_not_become_the_top_finding_and_growth_is_summed() -> None:
     findings = [
         {"check": "pcie-link", "status": "fail", "subject": "0000:18:00.0", "summary": "x8", "shadow": True},
-        {"check": "error-counters", "status": "warn", "subject": "mlx5_0:1", "summary": "symbol errors grow",
-         "evidence": {"growth": {"symbol_error": 12, "link_downed": 1}}},
-        {"check": "error-counters", "status": "pass", "subject": "mlx5_1:1", "evidence": {"port_rcv_errors_delta": 3}},
+        counters_finding("mlx5_0:1", "warn", symbol_error_delta=12, link_downed_delta=1, error_growth=13),
+        counters_finding("mlx5_1:1", port_rcv_errors_delta=3, error_growth=3),
     ]
     node = summarize_report(make_report("n9", "warn", findings))
     assert node.top.check == "error-counters"
     assert "pcie-link" not in node.check_statuses
     assert node.metrics[ERROR_GROWTH_METRIC] == 16.0
+
+
+def test_error_growth_metric_is_the_sum_of_error_growth_evidence_only() -> None:
+    findings = [
+        # Port 0: two findings, only the first carries the port's error_growth; the mlx5
+        # hw_counter growth beside it (normal traffic) is no error growth.
+        counters_finding("mlx5_0:1", "fail", symbol_error_delta=5000, out_of_sequence_delta=900, error_growth=5000),
+        counters_finding("mlx5_0:1", "warn", link_downed_delta=0, local_ack_timeout_err_delta=70),
+        # Port 1: only hw_counters grew; its error_growth says 0.
+        counters_finding("mlx5_1:1", out_of_sequence_delta=12_000, packet_seq_err_delta=40, error_growth=0),
+        # Port 2: a shadow finding still carries a measurement.
+        counters_finding("mlx5_2:1", "warn", shadow=True, symbol_error_delta=7, error_growth=7),
+        # The keys the fleet used to guess at, and values that are no count, are ignored.
+        counters_finding("mlx5_3:1", growth={"symbol_error": 100}, delta=100, deltas={"a": 1}, increase=3,
+                         increments=4, port_rcv_errors_increase=5, symbol_error_growth=6),
+        counters_finding("mlx5_4:1", error_growth=True),
+        counters_finding("mlx5_5:1", error_growth="12"),
+        counters_finding("mlx5_6:1", error_growth=float("nan")),
+        # error_growth of another check is not counter growth.
+        {"check": "link-speed", "status": "pass", "subject": "mlx5_0:1", "evidence": {"error_growth": 99}},
+    ]
+    node = summarize_report(make_report("n1", "fail", findings))
+    assert node.metrics == {ERROR_GROWTH_METRIC: 5007.0}
+
+
+def test_no_error_growth_evidence_means_no_metric() -> None:
+    """First run on a node (no history): the check writes deltas of nothing and no error_growth."""
+    findings = [
+        counters_finding("mlx5_0:1", symbol_error=120, out_of_sequence_delta=50),
+        counters_finding("mlx5_1:1", "warn", link_downed=3),
+    ]
+    node = summarize_report(make_report("n1", "warn", findings))
+    assert ERROR_GROWTH_METRIC not in node.metrics
+    assert "metrics" not in node.to_json()
+    quiet = summarize_report(make_report("n2", findings=[counters_finding("mlx5_0:1", error_growth=0)]))
+    assert quiet.metrics == {ERROR_GROWTH_METRIC: 0.0}
+
+
+def test_error_growth_metric_from_a_real_error_counters_report() -> None:
+    """The check's own JSON report (a snapshot judged against its baseline) feeds the metric."""
+    from netdoctor.run import CheckOptions, run_check
+
+    nodes = Path(__file__).parent / "fixtures" / "nodes"
+    options = CheckOptions(snapshot=nodes / "dgx-h100-symbol-errors-b", baseline=nodes / "dgx-h100-symbol-errors-a",
+                           no_probe=True)
+    data = json.loads(json.dumps(run_check(options, env={}).to_json()))
+    growths = [f["evidence"]["error_growth"] for f in data["findings"]
+               if f["check"] == "error-counters" and "error_growth" in f.get("evidence", {})]
+    assert growths and sum(growths) == 5000            # mlx5_6:1 symbol_error 120 -> 5120
+    node = summarize_report(data, host_hint="n1")
+    assert node.metrics[ERROR_GROWTH_METRIC] == 5000.0
+    # Without a baseline there is no history, so no growth and no metric.
+    first_run = summarize_report(run_check(CheckOptions(snapshot=nodes / "dgx-h100-symbol-errors-b", no_probe=True),
+                                           env={}).to_json(), host_hint="n1")
+    assert ERROR_GROWTH_METRIC not in first_run.metrics
 
 
 def test_report_directory_and_files(tmp_path: Path) -> None:
@@ -140,6 +204,30 @@ def test_report_directory_and_files(tmp_path: Path) -> None:
     assert {host: str(node.grade) for host, node in nodes.items()} == {
         "n1": "fail", "n2": "pass", "n3": "invalid", "n4": "unreachable", "n5": "warn",
     }
+
+
+@pytest.mark.parametrize("feed", ["feed_line", "feed_lines", "feed_text"])
+def test_a_run_cut_off_by_finish_is_forgotten(feed: str) -> None:
+    """finish() ends the host being reassembled: its lines after that start nothing old."""
+    collector = FleetCollector()
+
+    def give(lines: list[str]) -> None:
+        if feed == "feed_line":
+            for line in lines:
+                collector.feed_line(line)
+        elif feed == "feed_lines":
+            collector.feed_lines(lines)
+        else:
+            collector.feed_text(["".join(lines)])
+
+    n1 = prefixed("n1", json.dumps(make_report("n1", "fail", [LINK_FAIL]), indent=2))
+    give(n1[:5])                                   # cut off mid-object
+    first = {node.host: node for node in collector.finish()}
+    assert first["n1"].grade is NodeGrade.INVALID and "incomplete" in first["n1"].top.summary
+    # A new report of n1 does not extend the old run: it is read whole.
+    give(n1 + prefixed("n2", json.dumps(make_report("n2", "warn", [MTU_WARN]), indent=2)))
+    second = {node.host: node for node in collector.finish()}
+    assert str(second["n2"].grade) == "warn" and str(second["n1"].grade) == "fail"
 
 
 def test_unreadable_input_is_a_usage_error(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +134,52 @@ def test_cli_report_formats_and_exit_code(tmp_path: Path, capsys: pytest.Capture
     assert "gpu09" in out_file.read_text()
     assert main(["report", str(tmp_path / "nothing-here")]) == 3
     assert "does not exist" in capsys.readouterr().err
+
+
+def counters_report(host: str, ports: list[dict[str, Any]]) -> dict[str, Any]:
+    """A report whose error-counters findings look like the check's: `*_delta` per counter,
+    `error_growth` once per port when there was history (`None`: no history)."""
+    findings = []
+    for index, evidence in enumerate(ports):
+        findings.append({"check": "error-counters", "status": "pass", "subject": f"mlx5_{index}:1", "summary": "",
+                         "evidence": {key: value for key, value in evidence.items() if value is not None}})
+    return {"schema": "netdoctor.report/1", "host": host, "grade": "pass", "findings": findings}
+
+
+def test_cli_error_growth_outlier_counts_ibta_errors_not_hw_counters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    quiet = {"symbol_error_delta": 0, "out_of_sequence_delta": 30, "error_growth": 0}
+    reports = [counters_report(f"node{i}", [quiet, quiet]) for i in range(1, 9)]
+    # node9: adaptive routing reorders a lot (hw counter), no error counter grew: not an outlier.
+    reports.append(counters_report("node9", [{"out_of_sequence_delta": 90_000, "local_ack_timeout_err_delta": 500,
+                                              "symbol_error_delta": 0, "error_growth": 0}, quiet]))
+    # node10: symbol errors grow on one port.
+    reports.append(counters_report("node10", [{"symbol_error_delta": 40, "port_rcv_errors_delta": 2,
+                                               "out_of_sequence_delta": 30, "error_growth": 42}, quiet]))
+    # node11: first run, no history: no error_growth, so no metric at all.
+    reports.append(counters_report("node11", [{"symbol_error": 3, "out_of_sequence_delta": None}]))
+    write_reports(tmp_path / "reports", reports)
+    assert main(["report", str(tmp_path / "reports"), "--format", "json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert [(o["host"], o["metric"], o["value"]) for o in data["outliers"]] == [("node10", ERROR_GROWTH_METRIC, 42.0)]
+    metrics = {entry["host"]: entry.get("metrics") for entry in data["nodes"]}
+    assert metrics["node9"] == {ERROR_GROWTH_METRIC: 0.0}
+    assert metrics["node11"] is None
+    # Natural host order among equals: node2 before node10.
+    assert [entry["host"] for entry in data["nodes"]] == [f"node{i}" for i in range(1, 12)]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", data["generated_at"])
+
+
+def test_cli_output_file_is_replaced_whole_and_unwritable_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_reports(tmp_path / "reports", [counters_report("n1", [{"error_growth": 0}])])
+    out_file = tmp_path / "fleet.json"
+    out_file.write_text("old")
+    assert main(["report", str(tmp_path / "reports"), "-F", "json", "-o", str(out_file)]) == 0
+    assert capsys.readouterr().out == ""
+    assert json.loads(out_file.read_text())["nodes"][0]["host"] == "n1"
+    assert out_file.stat().st_mode & 0o777 == 0o644
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == []   # no temporary left
+    assert main(["report", str(tmp_path / "reports"), "-o", str(tmp_path / "missing" / "fleet.txt")]) == 3
+    assert "cannot write" in capsys.readouterr().err
 
 
 def test_cli_reads_pdsh_output_from_stdin(tmp_path: Path) -> None:

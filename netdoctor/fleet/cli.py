@@ -8,9 +8,7 @@ is worse); 2 a node fails, did not answer (unreachable) or did not answer with a
 
 from __future__ import annotations
 
-import os
 import sys
-import tempfile
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -22,8 +20,9 @@ from netdoctor.errors import NetdoctorError, UsageError
 from netdoctor.fleet.collect import FleetCollector
 from netdoctor.fleet.outliers import DEFAULT_THRESHOLD
 from netdoctor.fleet.render import RENDERERS
-from netdoctor.fleet.report import FleetReport, build_fleet_report
+from netdoctor.fleet.report import build_fleet_report
 from netdoctor.fleet.sweep import SweepOptions, parse_hosts, run_sweep
+from netdoctor.report.render import emit
 
 log = structlog.get_logger(__name__)
 
@@ -98,7 +97,7 @@ def sweep_command(
     try:
         result = run_sweep(options)
         report = build_fleet_report(result.nodes, outlier_threshold=outlier_threshold)
-        _emit(report, output_format, output)
+        emit(RENDERERS[str(output_format)](report), output)   # -o FILE: atomically
     except NetdoctorError as error:
         _fail_usage(error)
     raise typer.Exit(report.exit_code)
@@ -132,7 +131,7 @@ def report_command(
         report = build_fleet_report(collector.finish(expected_hosts=expected), outlier_threshold=outlier_threshold)
         if not report.nodes:
             raise UsageError("no node output found in the given files")
-        _emit(report, output_format, output)
+        emit(RENDERERS[str(output_format)](report), output)   # -o FILE: atomically
     except NetdoctorError as error:
         _fail_usage(error)
     raise typer.Exit(report.exit_code)
@@ -154,24 +153,6 @@ def main(argv: list[str] | None = None) -> int:
             typer.echo(f"netdoctor fleet: {error}", err=True)
         return USAGE_EXIT
     return result if isinstance(result, int) else 0
-
-
-def _emit(report: FleetReport, output_format: FleetFormat, output: Path | None) -> None:
-    text = RENDERERS[str(output_format)](report)
-    if output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    # Write beside the target and rename, so a dashboard never reads half a page.
-    directory = output.parent if str(output.parent) else Path(".")
-    try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{output.name}.", dir=directory)
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.chmod(temporary, 0o644)
-        os.replace(temporary, output)
-    except OSError as error:
-        raise UsageError(f"cannot write {output}: {error.strerror or error}") from error
 
 
 def _fail_usage(error: NetdoctorError) -> None:

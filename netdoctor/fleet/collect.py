@@ -65,6 +65,25 @@ def describe_json_error(error: json.JSONDecodeError) -> str:
     return f"{error.msg.removesuffix(' at')} at line {error.lineno} column {error.colno}"
 
 
+class _Run:
+    """The host whose JSON object is being reassembled from consecutive lines.
+
+    A pretty-printed object closes with `}` at column 0, so `brace` (`host: }`, a line
+    without its newline) and `close` (the same with it) are the only lines that can end it.
+    """
+
+    __slots__ = ("host", "prefix", "brace", "close", "lines", "source", "blocks")
+
+    def __init__(self, host: str, lines: list[str], source: str) -> None:
+        self.host = host
+        self.prefix = f"{host}: "
+        self.brace = f"{host}: }}"
+        self.close = f"{host}: }}\n"
+        self.lines = lines             # the host's entry in `_pending`
+        self.source = source
+        self.blocks = True             # False once interleaved: `feed_text` then goes line by line
+
+
 class FleetCollector:
     """Accumulates node summaries from any mix of inputs; `finish` gives one per host."""
 
@@ -84,16 +103,8 @@ class FleetCollector:
         # Hosts whose summary was made up for a report file without a usable report;
         # any real report for that host replaces it.
         self._file_fallbacks: set[str] = set()
-        # The host whose JSON object is being reassembled from consecutive lines.
-        self._run_host = ""
-        self._run_prefix = ""
-        self._run_brace = ""
-        self._run_close = ""
-        self._run_close_bare = ""
-        self._run_lines: list[str] = []
-        self._run_blocks = True
         self._shell_errors: list[str] = []
-        self._run_source = ""
+        self._run: _Run | None = None
 
     # ---- inputs -------------------------------------------------------------------------
 
@@ -102,13 +113,15 @@ class FleetCollector:
         # Fast path: the next line of the JSON object being reassembled for the host that
         # wrote the previous line. A saved sweep is mostly such runs, millions of lines
         # for a pretty-printed fleet, so this path does only a prefix test and an append.
-        if self._run_prefix and line.startswith(self._run_prefix):
-            if line.startswith(self._run_brace) and line != self._run_close and line != self._run_close_bare:
-                self._split_glued(line, source)
-                return
-            self._run_lines.append(line)
-            if line == self._run_close or line == self._run_close_bare:
-                self._close_run()
+        run = self._run
+        if run is not None and line.startswith(run.prefix):
+            if line == run.close or line == run.brace:
+                run.lines.append(line)
+                self._close_run(run)
+            elif line.startswith(run.brace):
+                self._split_glued(run, line, source)
+            else:
+                run.lines.append(line)
             return
         if line.startswith(_SHELL_STARTS):
             stripped = line.rstrip("\r\n")
@@ -135,16 +148,18 @@ class FleetCollector:
         pretty-printed fleet is millions of such lines and a call per line costs more
         than everything else.
         """
-        run_prefix, run_brace = self._run_prefix, self._run_brace
-        run_append = self._run_lines.append
+        run = self._run
+        if run is not None:
+            run_prefix, run_brace, run_append = run.prefix, run.brace, run.lines.append
         for line in lines:
-            if run_prefix and line.startswith(run_prefix) and not line.startswith(run_brace):
+            if run is not None and line.startswith(run_prefix) and not line.startswith(run_brace):
                 run_append(line)
                 continue
             # A `}` line (maybe the end of the object), another host, or a shell message.
             self.feed_line(line, source)
-            run_prefix, run_brace = self._run_prefix, self._run_brace
-            run_append = self._run_lines.append
+            run = self._run
+            if run is not None:
+                run_prefix, run_brace, run_append = run.prefix, run.brace, run.lines.append
 
     def feed_text(self, chunks: Iterable[str], source: str = "") -> None:
         """pdsh/clush output in chunks that end at line ends; the same as `feed_lines`.
@@ -157,23 +172,24 @@ class FleetCollector:
             position = 0
             length = len(chunk)
             while position < length:
-                if self._run_prefix and self._run_blocks:
-                    taken = self._take_block(chunk, position)
+                run = self._run
+                if run is not None and run.blocks:
+                    taken = self._take_block(run, chunk, position)
                     if taken:
                         position = taken
                         continue
                     # Interleaved: this run goes line by line to its end (no rescans).
-                    self._run_blocks = False
+                    run.blocks = False
                 line_end = chunk.find("\n", position)
                 line_end = length if line_end < 0 else line_end + 1
                 line = chunk[position:line_end]
                 position = line_end
-                if self._run_prefix and line.startswith(self._run_prefix) and not line.startswith(self._run_brace):
-                    self._run_lines.append(line)
+                if run is not None and line.startswith(run.prefix) and not line.startswith(run.brace):
+                    run.lines.append(line)
                 else:
                     self.feed_line(line, source)
 
-    def _take_block(self, chunk: str, position: int) -> int:
+    def _take_block(self, run: _Run, chunk: str, position: int) -> int:
         """End of the run's block if it ends in this chunk, holds only this host's lines and
         completes its JSON object; else 0 (and nothing is taken: the caller goes line by line).
 
@@ -183,7 +199,7 @@ class FleetCollector:
         indent=0 object whose inner `}` line ended the block early, a glued `}n4: {` line)
         fails to decode and is left to the line-by-line path that handles it.
         """
-        prefix, close = self._run_prefix, self._run_close
+        prefix, close = run.prefix, run.close
         if chunk.startswith(close, position):
             end = position + len(close)
         else:
@@ -196,12 +212,12 @@ class FleetCollector:
         body = block.replace("\n" + prefix, "\n")
         if len(block) - len(body) != (block.count("\n") - 1) * len(prefix):
             return 0
-        pending = _strip_prefix(self._run_lines, prefix) if self._run_lines else ""
+        pending = _strip_prefix(run.lines, prefix) if run.lines else ""
         try:
             data = json.loads(pending + body)
         except json.JSONDecodeError:
             return 0
-        self._end_run(data)
+        self._end_run(run, data)
         return end
 
     def feed_stderr_line(self, line: str) -> None:
@@ -314,8 +330,7 @@ class FleetCollector:
             else:
                 self._store(summarize_report(data, "", host))
         self._pending.clear()
-        self._run_host = self._run_prefix = self._run_brace = self._run_close = self._run_close_bare = ""
-        self._run_lines = []
+        self._run = None
         hosts = set(self._summaries) | set(self._noise) | set(self._shell_messages) | self._timed_out | set(self._exit_codes)
         hosts.update(expected_hosts)
         result: list[NodeSummary] = []
@@ -334,10 +349,10 @@ class FleetCollector:
         self._attributed_lines += 1
         pending = self._pending.get(host)
         if pending is not None:
-            self._start_run(host, pending, source)
+            run = self._start_run(host, pending, source)
             pending.append(f"{host}: {text}")
             if text.rstrip() == "}":
-                self._close_run()
+                self._close_run(run)
             return
         stripped = text.strip()
         if not stripped:
@@ -372,41 +387,32 @@ class FleetCollector:
         self._pending[host] = pending
         self._start_run(host, pending, source)
 
-    def _start_run(self, host: str, pending: list[str], source: str) -> None:
-        self._run_host = host
-        self._run_prefix = f"{host}: "
-        # A pretty-printed object closes with `}` at column 0; nothing else can end it.
-        self._run_brace = f"{host}: }}"
-        self._run_close = f"{host}: }}\n"
-        self._run_close_bare = f"{host}: }}"
-        self._run_lines = pending
-        self._run_source = source
-        self._run_blocks = True
+    def _start_run(self, host: str, pending: list[str], source: str) -> _Run:
+        run = self._run = _Run(host, pending, source)
+        return run
 
-    def _close_run(self) -> None:
+    def _close_run(self, run: _Run) -> None:
         try:
-            data = json.loads(_strip_prefix(self._run_lines, self._run_prefix))
+            data = json.loads(_strip_prefix(run.lines, run.prefix))
         except json.JSONDecodeError:
             return                     # an inner `}` line of a garbled object: keep reading
-        self._end_run(data)
+        self._end_run(run, data)
 
-    def _end_run(self, data: object) -> None:
+    def _end_run(self, run: _Run, data: object) -> None:
         """The run's JSON object is complete: summarize it and forget its lines."""
-        host = self._run_host
-        del self._pending[host]
-        self._run_host = self._run_prefix = self._run_brace = self._run_close = self._run_close_bare = ""
-        self._run_lines = []
-        self._store(summarize_report(data, self._run_source, host))
+        del self._pending[run.host]
+        self._run = None
+        self._store(summarize_report(data, run.source, run.host))
 
-    def _split_glued(self, line: str, source: str) -> None:
+    def _split_glued(self, run: _Run, line: str, source: str) -> None:
         """`n1: }n4: text`: end n1's object at its `}` and feed the rest as n4's line."""
-        rest = line[len(self._run_brace):]
+        rest = line[len(run.brace):]
         if not _GLUED_HOST_LINE.match(rest):
             # Only `}` at column 0 of an object printed with indent=0, like `n1: },`.
-            self._run_lines.append(line)
+            run.lines.append(line)
             return
-        self._run_lines.append(self._run_brace + "\n")
-        self._close_run()
+        run.lines.append(run.brace + "\n")
+        self._close_run(run)
         self.feed_line(rest, source)
 
     def _note_shell_error(self, line: str) -> None:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import enum
-import re
+import math
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from netdoctor.report.model import CHECK_ORDER
+from netdoctor.report.model import CHECK_ORDER, STATUS_SEVERITY
 
 REPORT_SCHEMA_PREFIX = "netdoctor.report/"
 
@@ -17,12 +17,13 @@ REPORT_SCHEMA_PREFIX = "netdoctor.report/"
 BUSBW_METRIC = "nccl_busbw_gbps"
 ERROR_GROWTH_METRIC = "error_counter_growth"
 
-# Evidence keys the error-counters check may use for growth since the last run. A number,
-# or a mapping counter -> number; keys ending in these suffixes count too.
-_GROWTH_KEYS = ("growth", "delta", "increase", "deltas", "increments")
-_GROWTH_SUFFIXES = ("_growth", "_delta", "_increase")
+# The one number the error-counters check writes per judged port (on the port's first
+# finding, when it had a previous reading): the IBTA error counters' growth since then.
+ERROR_GROWTH_EVIDENCE = "error_growth"
 
-_STATUS_SEVERITY = {"fail": 4, "unknown": 3, "warn": 2, "pass": 1, "skip": 0}
+# The report's status order (fail > unknown > warn > pass > skip), keyed by plain str: a
+# dict of exact-str keys takes CPython's fast lookup, which the summary loop does per finding.
+_STATUS_SEVERITY = {str(status): severity for status, severity in STATUS_SEVERITY.items()}
 _WARN_SEVERITY = _STATUS_SEVERITY["warn"]
 
 # The fleet report lists checks in the contract's order (others alphabetically) and breaks
@@ -166,10 +167,12 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
         if check.__class__ is not str or status not in _STATUS_SEVERITY:
             continue
         if check == "error-counters":
+            # Counted from shadow findings too: a measurement, not a verdict.
             evidence = finding.get("evidence")
             if evidence.__class__ is dict:
-                growth = _growth_in(evidence)
-                if growth is not None:
+                growth = evidence.get(ERROR_GROWTH_EVIDENCE)
+                growth_kind = growth.__class__
+                if growth_kind is int or (growth_kind is float and math.isfinite(growth)):
                     saw_counters = True
                     error_growth += growth
         # Fast path, most findings of a healthy fleet: a pass where the check already has
@@ -227,38 +230,3 @@ def _top_rank(check: str, status: str, severity: int, grade: str, required: set[
     """
     explains_grade = status == grade and (status != "unknown" or not required or check in required)
     return (0 if explains_grade else 1, -severity, _CHECK_POSITION.get(check, len(CHECK_ORDER)), check)
-
-
-def _growth_in(evidence: Mapping[str, Any]) -> float | None:
-    total: float | None = None
-    for key, value in evidence.items():
-        if key in _GROWTH_KEYS or key.endswith(_GROWTH_SUFFIXES):
-            amount = _number_sum(value)
-            if amount is not None:
-                total = (total or 0.0) + amount
-    return total
-
-
-def _number_sum(value: Any) -> float | None:
-    """A number, or the sum of a mapping's numbers; None when there is none (bools are not numbers)."""
-    kind = value.__class__
-    if kind is int or kind is float:
-        return float(value)
-    if kind is dict:
-        total: float | None = None
-        for item in value.values():
-            item_kind = item.__class__
-            if item_kind is int or item_kind is float:
-                total = (total or 0.0) + item
-        return total
-    if isinstance(value, (int, float)) and not isinstance(value, bool):   # subclasses, rare
-        return float(value)
-    return None
-
-
-_DIGITS = re.compile(r"(\d+)")
-
-
-def host_sort_key(host: str) -> tuple[Any, ...]:
-    """Natural order: node2 before node10."""
-    return tuple(int(part) if part.isdigit() else part for part in _DIGITS.split(host))

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import datetime
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from netdoctor.fleet.model import CHECK_ORDER, GRADE_ORDER, NodeGrade, NodeSummary, host_sort_key
+from netdoctor.fleet.model import CHECK_ORDER, GRADE_ORDER, NodeGrade, NodeSummary
 from netdoctor.fleet.outliers import DEFAULT_THRESHOLD, Outlier, find_outliers
+from netdoctor.util import natural_key, utc_now_iso
 
 FLEET_SCHEMA = "netdoctor.fleet/1"
 
@@ -89,20 +89,16 @@ def build_fleet_report(
     outlier_threshold: float = DEFAULT_THRESHOLD,
     generated_at: str | None = None,
 ) -> FleetReport:
-    ordered = sorted(nodes, key=lambda node: (-node.grade.severity, host_sort_key(node.host)))
+    ordered = sorted(nodes, key=lambda node: (-node.grade.severity, natural_key(node.host)))
     seen_checks: set[str] = set()
     for node in ordered:
         seen_checks.update(node.check_statuses)
     checks = [check for check in CHECK_ORDER if check in seen_checks]
     checks += sorted(seen_checks - set(CHECK_ORDER))
     return FleetReport(
-        generated_at=generated_at or utc_now(),
+        generated_at=generated_at or utc_now_iso(),
         nodes=ordered,
         outliers=find_outliers(ordered, threshold=outlier_threshold),
         outlier_threshold=outlier_threshold,
         checks=checks,
     )
-
-
-def utc_now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
