@@ -55,9 +55,12 @@ def _port_roles(ctx: CheckContext, port: Port, hca: Hca) -> set[str]:
 def compute_hcas(ctx: CheckContext) -> dict[str, Hca]:
     roles = set(ctx.rule("compute_roles", ["compute"]))
     selected: dict[str, Hca] = {}
+    rdma_listed = ctx.inventory.source("sysfs").usable
     for hca in ctx.inventory.hcas:
         if virtual_function_note(ctx.inventory, hca) is not None:
             continue      # a VF shares its PF's link: it is not a rail of its own
+        if rdma_listed and hca.sources == ("nvidia-smi-topo-m",):
+            continue      # in the PCIe matrix but no RDMA device: driver not bound or device failed
         ports = list(hca.ports.values())
         if not ports or any(_port_roles(ctx, port, hca) & roles for port in ports):
             selected[hca.name] = hca

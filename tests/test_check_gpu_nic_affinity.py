@@ -92,11 +92,11 @@ def test_gpu_without_a_nic_to_spare_shares_a_rail() -> None:
                               topology=Topology(topology.gpus, tuple(names), links, names))
     findings = run(inventory, "dgx-h100")
     [finding] = findings["GPU1"]
-    assert finding.status is Status.WARN and finding.rule == "one_rail_per_gpu"
+    assert finding.status is Status.FAIL and finding.rule == "one_rail_per_gpu"   # dgx-h100: a lost rail fails
     assert finding.summary == ("GPU1 has no rail NIC of its own: its nearest NICs mlx5_0, mlx5_2, mlx5_3 are "
                                "already the rail of GPU0, GPU2, GPU3")
     assert finding.evidence["shared_with"] == ["GPU0", "GPU2", "GPU3"]
-    assert run(inventory, "dgx-h100", shared_rail_severity="fail")["GPU1"][0].status is Status.FAIL
+    assert run(inventory, "dgx-h100", shared_rail_severity="warn")["GPU1"][0].status is Status.WARN
 
 
 def test_second_gpu_on_a_one_nic_switch_gets_a_farther_rail() -> None:
@@ -121,7 +121,7 @@ def test_storage_role_nics_are_not_rails() -> None:
     inventory.topology = Topology(topology.gpus, topology.nics + ("NIC8",), links,
                                   {**topology.nic_names, "NIC8": "mlx5_8"})
     dgx = run(inventory, "dgx-h100")["GPU3"]
-    assert dgx[0].status is Status.WARN and "mlx5_8" not in dgx[0].evidence["levels"]
+    assert dgx[0].status is Status.FAIL and "mlx5_8" not in dgx[0].evidence["levels"]
     # without port classes every RDMA NIC counts, and the storage NIC looks like GPU3's rail
     assert run(inventory)["GPU3"][0].evidence["nearest_nics"] == ["mlx5_8"]
 
@@ -239,7 +239,7 @@ def test_virtual_function_is_not_a_rail_of_its_own() -> None:
                                   {**topology.nic_names, "NIC9": "mlx5_9"})
     gpu3 = run(inventory, "dgx-h100")["GPU3"][0]
     assert "mlx5_9" not in gpu3.evidence["levels"]
-    assert gpu3.status is Status.WARN and gpu3.rule == "one_rail_per_gpu"
+    assert gpu3.status is Status.FAIL and gpu3.rule == "one_rail_per_gpu"
 
 
 def test_management_nic_of_a_pcie_only_node_is_no_gpu_rail() -> None:

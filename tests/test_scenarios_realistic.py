@@ -11,7 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
-from netdoctor.report.model import Finding, Report, Status
+from netdoctor.report.model import Finding, Grade, Report, Status
 from netdoctor.run import CheckOptions, run_check
 
 NODES = Path(__file__).parent / "fixtures" / "nodes"
@@ -233,3 +233,15 @@ def test_degraded_rail_names_the_device_and_the_could_be_rate() -> None:
     assert finding.summary == ("port runs at 200 Gb/s (4X HDR), expected 400 Gb/s (4X NDR) (port class 'compute'); "
                                "iblinkinfo says the link could run at 400 Gb/s (4X NDR)")
     assert "mlxlink -d mlx5_5" in (finding.remedy or "") and "<hca>" not in (finding.remedy or "")
+
+
+def test_rail_nic_missing_from_the_rdma_stack_fails_on_a_dgx(tmp_path: Path) -> None:
+    """mlx5_11 is still in nvidia-smi's PCIe matrix but no longer an RDMA device (driver not
+    bound, card failed): GPU7 has lost its rail, which on a DGX is a fail, not a pass."""
+    root = copy_fixture("dgx-h100", tmp_path)
+    shutil.rmtree(root / "sys" / "class" / "infiniband" / "mlx5_11")
+    mark_missing(root, "ibstat", "ibv_devinfo-v", "ibdev2netdev", "iblinkinfo")
+    report = judge(root)
+    gpu7 = [finding for finding in report.findings if finding.check == "gpu-nic-affinity" and finding.subject == "GPU7"]
+    assert [finding.status for finding in gpu7] == [Status.FAIL]
+    assert report.grade is Grade.FAIL
