@@ -261,6 +261,10 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port) -> list[Finding]:
     _judge_xmit_wait(ctx, port, previous, elapsed_s, out)
     if out.saturated:
         out.findings.append(_saturated_finding(ctx, hca, port, out.saturated))
+    if not_available:
+        # Some counters read, others not (N/A, or a malformed value): the others are not a pass.
+        out.findings.append(ctx.unknown(port.name, f"error counter(s) not readable: {', '.join(not_available)}",
+                                        evidence={"counters_not_available": not_available}))
     # One number per port for fleet-relative outliers: how much the IBTA error counters
     # grew since the last reading (hw_counters count normal events too, so they are left out).
     growth = [out.evidence[f"{spec.name}_delta"] for spec in ERROR_COUNTERS if f"{spec.name}_delta" in out.evidence]

@@ -136,3 +136,17 @@ def test_nvml_json_with_unplaceable_gpu_is_refused(tmp_path: Path) -> None:
     done = subprocess.run([*CLI, "check", "--no-probe", "--snapshot", str(snapshot)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 3
     assert "gpus[0]" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_unreadable_sysfs_values_are_unknown_not_dropped_or_fatal(tmp_path: Path) -> None:
+    snapshot = _copy(tmp_path)
+    port = snapshot / "sys" / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
+    (port / "counters" / "symbol_error").write_text("-5\n")
+    (port / "counters" / "link_downed").write_bytes(b"\xff\n")
+    (port / "pkeys" / "0").write_text("zz\n")
+    (snapshot / "commands" / "ibstat.out").write_text("CA 'mlx5_0'\n\tPort " + "9" * 5000 + ":\n")
+    code, report = _check(snapshot)
+    problems = _not_passed(report)
+    assert problems[("error-counters", "mlx5_0:1")]["status"] == "unknown"
+    assert "symbol_error" in problems[("error-counters", "mlx5_0:1")]["summary"]
+    assert code == 3 and report["grade"] == "unknown"   # error-counters is required on dgx-h100

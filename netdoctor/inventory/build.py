@@ -116,7 +116,8 @@ class _Builder:
             text = text[: text.rfind("\n") + 1]
         try:
             parsed = parser(text)
-        except ParseError as error:
+        except (ParseError, ValueError) as error:
+            # ValueError: a number no int() takes (Python's 4,300-digit limit) in hostile output.
             # A tool that failed AND printed something unparseable is reported as the failure.
             if result.state is CommandState.ERROR:
                 self.status(name, SourceState.ERROR, result.describe(), result.duration_s)
@@ -192,9 +193,9 @@ class _Builder:
         port.hw_counters = {name: value for name, value in self.read_counter_dir(f"{base}/hw_counters", problems).items() if value is not None}
         pkeys = []
         for index in sorted(self.sys.listdir(f"{base}/pkeys"), key=_numeric):
-            value = _clean(read(f"{base}/pkeys/{index}"))
-            if value and int(value, 16) & 0x7FFF:   # 0x0000 / 0x8000 are empty table slots
-                pkeys.append(value.lower())
+            pkey = _value(sysfs_values.parse_hex_or_int, read(f"{base}/pkeys/{index}"), problems, f"{base}/pkeys/{index}")
+            if pkey is not None and pkey & 0x7FFF:   # 0x0000 / 0x8000 are empty table slots
+                pkeys.append(f"0x{pkey:04x}")
         port.pkeys = tuple(pkeys)
         port.netdev = _clean(read(f"{base}/gid_attrs/ndevs/0")) or None
 
@@ -207,6 +208,8 @@ class _Builder:
             try:
                 counters[name] = sysfs_values.parse_counter(text)
             except ParseError as error:
+                # Kept as "no value" (like `N/A (no PMA)`) so the check says it could not read it.
+                counters[name] = None
                 problems.append(f"{path}/{name}: {error.message}")
         return counters
 
