@@ -142,9 +142,18 @@ def check(
     from netdoctor.run import CheckOptions, run_check
 
     options = CheckOptions(snapshot=snapshot, rules=rules, only=split_ids(only), skip=split_ids(skip),
-                           no_probe=no_probe, deadline_s=deadline, state=state, baseline=baseline,
+                           no_probe=no_probe, deadline_s=None if deadline is None else _positive_deadline(deadline, deadline),
+                           state=state, baseline=baseline,
                            plugin_dirs=tuple(plugin_dir or ()), debug=debug, fabric_scan=fabric_scan)
-    report = run_check(options)
+    try:
+        report = run_check(options)
+    except Exception as error:
+        if debug or output_format is ReportFormat.TEXT:
+            raise
+        # Machine formats still get a report, so a fleet sweep lists this node as `unknown`
+        # with the reason instead of `unreachable` (no output), and a scraper sees the grade.
+        _error_line(str(error) if isinstance(error, NetdoctorError) else f"internal error: {type(error).__name__}: {error}")
+        report = _failed_run_report(options, error)
     color = output is None and output_format is ReportFormat.TEXT and use_color(sys.stdout)
     _emit(render(report, output_format.value, color=color), output)
     return report.grade.exit_code
@@ -268,10 +277,28 @@ def show_rules(
     return 0
 
 
+def _failed_run_report(options: Any, error: BaseException) -> Any:
+    """The report of a run that could not judge the node at all: grade unknown, with why."""
+    import socket
+
+    from netdoctor.report.model import Finding, Grade, Report, Status
+    from netdoctor.util import utc_now_iso
+
+    reason = str(error) if isinstance(error, NetdoctorError) else f"internal error: {type(error).__name__}: {error}"
+    return Report(host=socket.gethostname().split(".")[0], grade=Grade.UNKNOWN, started_at=utc_now_iso(),
+                  duration_s=0.0, rules=options.rules or "-",
+                  findings=[Finding("netdoctor", Status.UNKNOWN, "node", f"netdoctor could not judge this node: {reason}")],
+                  netdoctor_version=__version__,
+                  snapshot=str(options.snapshot) if options.snapshot is not None else None)
+
+
+MAX_BUDGET_S = 24 * 3600.0   # beyond this a "deadline" is a typo (and overflows thread timeouts)
+
+
 def _positive_deadline(value: float | None, default: float) -> float:
     budget = default if value is None else value
-    if not budget > 0:
-        raise UsageError(f"a time budget must be a positive number of seconds, not {budget}")
+    if not 0 < budget <= MAX_BUDGET_S:
+        raise UsageError(f"a time budget must be between 0 and {MAX_BUDGET_S:.0f} seconds, not {budget}")
     return budget
 
 

@@ -69,7 +69,7 @@ def sweep_command(
     hosts: Annotated[str, typer.Option("--hosts", "-w", help="Host list, e.g. node[001-128,200].")],
     via: Annotated[ParallelShell, typer.Option("--via", help="Parallel shell to run through.")] = ParallelShell.PDSH,
     fanout: Annotated[int, typer.Option("--fanout", "-f", min=1, help="Nodes contacted at once (pdsh/clush).")] = 64,
-    timeout: Annotated[float, typer.Option("--timeout", "-u", min=1, help="Per-node command timeout in seconds.")] = 120.0,
+    timeout: Annotated[float, typer.Option("--timeout", "-u", min=1, max=86400, help="Per-node command timeout in seconds (1 to 86400).")] = 120.0,
     rcmd: Annotated[str | None, typer.Option("--rcmd", "-R", help="pdsh rcmd module / clush worker: ssh (default), exec, rsh.")] = None,
     remote_command: Annotated[
         str | None,

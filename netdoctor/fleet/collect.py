@@ -282,9 +282,16 @@ class FleetCollector:
         file without a usable report names.
         """
         if path.is_dir():
-            entries = sorted((entry for entry in os.scandir(path) if entry.is_file() and not entry.name.startswith(".")), key=lambda entry: entry.name)
-            for entry in entries:
-                self.add_path(Path(entry.path), in_directory=True)
+            for entry in sorted(os.scandir(path), key=lambda entry: entry.name):
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    regular = entry.is_file()
+                except OSError as error:   # a symlink loop in the directory
+                    log.warning("fleet input skipped", path=entry.path, error=error.strerror or str(error))
+                    continue
+                if regular:
+                    self.add_path(Path(entry.path), in_directory=True)
             return
         try:
             handle = path.open("r", encoding="utf-8", errors="replace")

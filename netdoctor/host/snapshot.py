@@ -146,11 +146,15 @@ class SnapshotSource:
             raise SnapshotError(f"snapshot {self.origin}: nvml.json must hold a JSON object")
         if nvml is not None and not isinstance(nvml.get("gpus", []), list):
             raise SnapshotError(f"snapshot {self.origin}: nvml.json 'gpus' must be a list")
+        seen_indexes: set[int] = set()
         for position, gpu in enumerate(nvml.get("gpus", []) if nvml is not None else []):
             # A GPU entry the inventory cannot place is a broken snapshot, not "no GPU".
             if not isinstance(gpu, dict) or type(gpu.get("index")) is not int:
                 raise SnapshotError(f"snapshot {self.origin}: nvml.json gpus[{position}] must be an object "
                                     "with an integer 'index'")
+            if gpu["index"] in seen_indexes:
+                raise SnapshotError(f"snapshot {self.origin}: nvml.json lists GPU index {gpu['index']} twice")
+            seen_indexes.add(gpu["index"])
         self._nvml: dict[str, Any] | None = nvml
         self._nvml_status = (
             "ok" if nvml is not None
@@ -241,6 +245,7 @@ def open_snapshot(path: Path | str) -> SnapshotSource:
     """
     location = Path(path)
     if location.is_dir():
+        _check_directory(location)
         return SnapshotSource(location.resolve(), origin=str(location))
     if not location.exists():
         raise SnapshotError(f"snapshot {location} does not exist")
@@ -261,6 +266,30 @@ def open_snapshot(path: Path | str) -> SnapshotSource:
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
+
+
+def _check_directory(root: Path) -> None:
+    """A snapshot directory holds what an archive may: regular files, directories, symlinks,
+    within the same size and count limits; a device, FIFO or socket is refused, as in a tar."""
+    count = total = 0
+    for directory, directories, files in os.walk(root):
+        for name in directories + files:
+            path = Path(directory) / name
+            info = path.lstat()
+            count += 1
+            if count > MAX_MEMBERS:
+                raise SnapshotError(f"snapshot {root}: more than {MAX_MEMBERS} entries")
+            if stat.S_ISLNK(info.st_mode) or stat.S_ISDIR(info.st_mode):
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                raise SnapshotError(f"snapshot {root}: {path.relative_to(root)} is not a regular file, "
+                                    "directory or link (device, FIFO or socket)")
+            if info.st_size > MAX_MEMBER_BYTES:
+                raise SnapshotError(f"snapshot {root}: {path.relative_to(root)} is {info.st_size} bytes, "
+                                    f"more than the {MAX_MEMBER_BYTES}-byte limit")
+            total += info.st_size
+            if total > MAX_TOTAL_BYTES:
+                raise SnapshotError(f"snapshot {root}: more than {MAX_TOTAL_BYTES} bytes in all")
 
 
 def _member_parts(name: str, archive: Path) -> list[str]:
