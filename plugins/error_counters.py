@@ -218,10 +218,15 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port) -> list[Finding]:
     history = ctx.history
     previous = history.ports.get(port.name) if history is not None else None
     elapsed_s = history.elapsed_s if history is not None and previous is not None else None
+    max_age_s = float(ctx.rule("history_max_age_s", 86400))
     if history is None:
         no_history = "there is no earlier reading"
     elif previous is None:
         no_history = "there is no earlier reading of this port"
+    elif elapsed_s is not None and elapsed_s > max_age_s:
+        # A rate over weeks hides a burst of errors from the last hours: judge the level instead.
+        no_history = f"the last reading is {_duration(elapsed_s)} old (history_max_age_s {max_age_s:g})"
+        previous, elapsed_s = None, None
     else:
         no_history = ""
     out = PortJudgement([], [], {"counters_source": port.counters_source})

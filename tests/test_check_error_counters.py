@@ -209,3 +209,13 @@ def test_virtual_function_is_skipped_through_its_physical_function() -> None:
     assert finding.status is Status.SKIP
     assert finding.summary == "SR-IOV virtual function of 0000:18:00.0 (mlx5_0): judged through its physical function"
     assert only(run(inventory), "mlx5_0:1").status is Status.PASS
+
+
+def test_history_older_than_the_limit_is_not_used_for_rates() -> None:
+    """5,000 symbol errors over 30 days is within BER as a rate, but may be last hour's burst."""
+    inventory = dgx_h100()
+    port_of(inventory, "mlx5_6:1").counters["symbol_error"] = 5120
+    finding = only(run(inventory, history=grow(inventory, "mlx5_6:1", elapsed_s=30 * 86400, symbol_error=5000)),
+                   "mlx5_6:1")
+    assert finding.status is Status.WARN and finding.rule == "symbol_error_absolute"
+    assert "old (history_max_age_s 86400)" in finding.summary
