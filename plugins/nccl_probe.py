@@ -4,7 +4,10 @@ Judged on the busbw of the largest message size (not nccl-tests' "Avg bus bandwi
 which averages latency-bound sizes in). The expected level comes from
 netdoctor.probe.expectation (NVLink version x active links, or the PCIe link); the
 pack's `pass_fraction` / `warn_fraction` turn the ratio into a status. A run that is
-not verified (wrong sum) or hangs is `fail`: that node would corrupt or stall a job.
+not verified (wrong sum) or hangs after NCCL init is `fail`: that node would corrupt or
+stall a job. A budget too short to run the probe, or a kill during NCCL init, is `unknown`:
+a healthy node can take longer than a tight budget to initialise, and draining it for that
+would drain every node.
 """
 
 from __future__ import annotations
@@ -17,10 +20,10 @@ from typing import Any
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory
-from netdoctor.probe.expectation import GpuLinks, expected_busbw, nvlink_version_name
+from netdoctor.probe.expectation import GpuLinks, expected_busbw, nvlink_version_name, size_text
+from netdoctor.report.model import STATUS_SEVERITY
 
 CHECK_ID = "nccl-probe"
-JUDGED_STATUSES = {"pass", "warn", "fail", "unknown"}
 SLOW_REMEDY = ("compare with `nvidia-smi topo -m` and `nvidia-smi nvlink -s`; check NCCL_P2P_DISABLE / "
                "NCCL_SHM_DISABLE / NCCL_P2P_LEVEL in the environment, ACS on PCIe switches, and the GPUs' PCIe links")
 TIMEOUT_REMEDY = ("drain the node; look for a stuck GPU (`nvidia-smi`, Xid errors in `dmesg`), "
@@ -28,13 +31,12 @@ TIMEOUT_REMEDY = ("drain the node; look for a stuck GPU (`nvidia-smi`, Xid error
 WRONG_REMEDY = "drain the node: an all-reduce gave a wrong sum; check `dmesg` for Xid errors and run GPU diagnostics"
 # Codes of run_probe results that mean "not applicable here" rather than "could not decide".
 _NOT_APPLICABLE = {"single-gpu", "no-gpus", "no-driver"}
+BUDGET_REMEDY = ("give the probe more time: `netdoctor check --deadline SECONDS` (the probe gets about half) "
+                 "or `netdoctor probe --budget SECONDS`")
+_SKIP_REMEDY = {"no-nccl": "install NCCL: `pip install netdoctor[probe]` or the system libnccl2 package",
+                "no-nccl-tests": "put nccl-tests' all_reduce_perf on PATH, or use `--engine nccl`"}
 
 
-def _status_rule(ctx: CheckContext, key: str, default: str) -> Status:
-    value = ctx.rule(key, default)
-    if value not in JUDGED_STATUSES:
-        raise RulesError(f"[{CHECK_ID}] {key} = {value!r}: expected one of {sorted(JUDGED_STATUSES)}")
-    return Status(value)
 
 
 def _fraction_rule(ctx: CheckContext, key: str, default: float) -> float:
@@ -85,28 +87,13 @@ def gpu_links(probe: Mapping[str, Any], inventory: Inventory) -> list[GpuLinks]:
     return links
 
 
-def _size_text(size: int) -> str:
-    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if size >= factor and size % factor == 0:
-            return f"{size // factor} {unit}"
-    return f"{size} B"
-
-
 @check(CHECK_ID, "a short NCCL all-reduce over the local GPUs: bus bandwidth against the expected level",
        needs=("gpus", "probe"))
 def nccl_probe(ctx: CheckContext) -> Iterator[Finding]:
-    probe = ctx.probe
-    if probe is None:
-        yield ctx.skip("node", "probe not run (--no-probe)")
-        return
-    # The runner passes {"skipped": why} / {"error": why} when it did not call run_probe.
-    if "status" not in probe:
-        if "skipped" in probe:
-            yield ctx.skip("node", f"probe not run ({probe['skipped']})")
-        else:
-            yield ctx.unknown("node", f"probe could not run: {probe.get('error', 'no result')}")
-        return
-    status = probe["status"]
+    # The needs gate (need_probe) has already turned "not run" (None, {"skipped": why}) and
+    # "no result" ({"error": why}) into this check's one finding: here `probe` is a result.
+    probe = ctx.probe or {}
+    status = probe.get("status")
     reason = probe.get("reason") or ""
     base = {"nccl_version": probe.get("nccl_version"), "engine": probe.get("engine"), "gpus": probe.get("gpus"),
             "duration_s": probe.get("duration_s")}
@@ -115,19 +102,28 @@ def nccl_probe(ctx: CheckContext) -> Iterator[Finding]:
             yield ctx.skip("node", reason, evidence=base)
         else:
             yield ctx.unknown("node", reason, evidence=base,
-                              remedy="install NCCL: `pip install netdoctor[probe]` or the system libnccl2 package")
+                              remedy=_SKIP_REMEDY.get(probe.get("reason_code"), _SKIP_REMEDY["no-nccl"]))
+        return
+    if status == "timeout" and probe.get("reason_code") == "init-timeout":
+        # Killed before NCCL init finished: too little time is as likely as a hang.
+        yield ctx.unknown("node", reason or "timeout during NCCL init", evidence=base, remedy=BUDGET_REMEDY)
+        return
+    if status == "error" and probe.get("reason_code") == "budget-too-short":
+        yield ctx.unknown("node", reason, evidence={**base, "budget_s": probe.get("budget_s"),
+                                                    "min_budget_s": probe.get("min_budget_s")},
+                          remedy=BUDGET_REMEDY)
         return
     if status == "timeout":
-        yield ctx.graded(_status_rule(ctx, "timeout_status", "fail"), "node", reason if reason.startswith("probe timed out") else f"probe timed out: {reason}",
+        yield ctx.graded(ctx.severity("timeout_status", "fail"), "node", reason if reason.startswith("probe timed out") else f"probe timed out: {reason}",
                          evidence=base, remedy=TIMEOUT_REMEDY, rule="timeout_status")
         return
     if status == "wrong-result":
-        yield ctx.graded(_status_rule(ctx, "wrong_result_status", "fail"), "node",
+        yield ctx.graded(ctx.severity("wrong_result_status", "fail"), "node",
                          f"all-reduce result is wrong: {reason}", evidence={**base, "sizes": probe.get("sizes")},
                          remedy=WRONG_REMEDY, rule="wrong_result_status")
         return
     if status != "ok":
-        yield ctx.unknown("node", f"probe failed: {reason}", evidence=base)
+        yield ctx.unknown("node", f"probe failed: {reason or 'its result carries no status'}", evidence=base)
         return
     yield from _judge_bandwidth(ctx, probe, base)
 
@@ -135,7 +131,12 @@ def nccl_probe(ctx: CheckContext) -> Iterator[Finding]:
 def _judge_bandwidth(ctx: CheckContext, probe: Mapping[str, Any], base: dict[str, Any]) -> Iterator[Finding]:
     sizes = probe.get("sizes") or []
     if not sizes:
-        yield ctx.unknown("node", "probe returned no measurements", evidence=base)
+        truncated = probe.get("truncated")
+        if truncated:
+            yield ctx.unknown("node", f"probe returned no measurements: {truncated}", evidence=base,
+                              remedy=BUDGET_REMEDY)
+        else:
+            yield ctx.unknown("node", "probe returned no measurements", evidence=base)
         return
     largest = max(sizes, key=lambda row: row["bytes"])
     busbw = float(largest["busbw_gbps"])
@@ -146,8 +147,8 @@ def _judge_bandwidth(ctx: CheckContext, probe: Mapping[str, Any], base: dict[str
                                 "sizes": sizes}
     min_bytes = int(ctx.rule("min_judged_bytes", 64 << 20))
     if largest["bytes"] < min_bytes:
-        yield ctx.unknown("node", f"largest message ({_size_text(largest['bytes'])}) is below "
-                          f"{_size_text(min_bytes)}: too small to judge bandwidth", evidence=evidence,
+        yield ctx.unknown("node", f"largest message ({size_text(largest['bytes'])}) is below "
+                          f"{size_text(min_bytes)}: too small to judge bandwidth", evidence=evidence,
                           rule="min_judged_bytes")
         return
     links = gpu_links(probe, ctx.inventory)
@@ -164,7 +165,7 @@ def _judge_bandwidth(ctx: CheckContext, probe: Mapping[str, Any], base: dict[str
     fraction = busbw / expected if expected > 0 else 0.0
     evidence["fraction"] = round(fraction, 3)
     carried = transport.get("kind") or "unknown transport"
-    sentence = (f"all-reduce busbw {busbw:.1f} GB/s at {_size_text(largest['bytes'])} over {len(links)} GPUs "
+    sentence = (f"all-reduce busbw {busbw:.1f} GB/s at {size_text(largest['bytes'])} over {len(links)} GPUs "
                 f"via {carried} ({transport.get('channels') or '?'} channels) = {fraction:.0%} of the expected "
                 f"{expected:.1f} GB/s")
     if fraction >= pass_fraction:
@@ -176,9 +177,9 @@ def _judge_bandwidth(ctx: CheckContext, probe: Mapping[str, Any], base: dict[str
     # NVLink present but NCCL not using it (P2P disabled, ACS, a broken link): say so even
     # when the bandwidth still passes, since the node is not running as built.
     if expectation.interconnect == "NVLink" and transport.get("kind") not in (None, "P2P/NVLink"):
-        mismatch = _status_rule(ctx, "transport_mismatch_status", "warn")
+        mismatch = ctx.severity("transport_mismatch_status", "warn")
         sentence += f"; the GPUs have NVLink but NCCL used {carried}"
-        if _severity(mismatch) > _severity(status):
+        if STATUS_SEVERITY[mismatch] > STATUS_SEVERITY[status]:
             status, rule = mismatch, "transport_mismatch_status"
     if status is Status.PASS:
         yield ctx.passed("node", sentence, evidence=evidence, rule=rule)
@@ -186,10 +187,6 @@ def _judge_bandwidth(ctx: CheckContext, probe: Mapping[str, Any], base: dict[str
         yield ctx.graded(status, "node", f"{sentence}, below {pass_fraction:.0%}", evidence=evidence, rule=rule,
                          remedy=SLOW_REMEDY)
     yield from _localise(ctx, probe.get("localisation") or [])
-
-
-def _severity(status: Status) -> int:
-    return {Status.PASS: 0, Status.WARN: 1, Status.UNKNOWN: 2, Status.FAIL: 3}.get(status, 0)
 
 
 def _localise(ctx: CheckContext, rows: list[Mapping[str, Any]]) -> Iterator[Finding]:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from netdoctor.checks.api import CheckContext
+from netdoctor.checks.engine import run_checks
+from netdoctor.checks.registry import Registry
 from netdoctor.inventory.model import Gpu, Inventory, PcieLink, Topology
 from netdoctor.report.model import Finding, Status
 from netdoctor_plugins.nccl_probe import gpu_links, nccl_probe
@@ -102,12 +105,30 @@ def test_inventory_links_and_topology_peers_are_used() -> None:
     assert finding.evidence["expected_gbps"] == pytest.approx(100 * 0.764 * 0.965, abs=0.2)
 
 
-def test_not_run_and_runner_shapes() -> None:
-    assert judge(None)[0].status is Status.SKIP
-    assert judge(None)[0].summary == "probe not run (--no-probe)"
-    assert judge({"skipped": "--no-probe"})[0].status is Status.SKIP
-    error = judge({"error": "the probe did not finish within 9.0 s"})[0]
+def judge_gated(probe: dict[str, Any] | None) -> list[Finding]:
+    """Through the check engine: the needs gate first, as in a real run."""
+    registry = Registry()
+    registry.load_builtins()
+    findings, _ = run_checks(h200_inventory(), pack("default"), registry, only=["nccl-probe"], probe=probe,
+                             deadline=time.monotonic() + 10.0)
+    return findings
+
+
+def test_not_run_and_runner_shapes_are_judged_by_the_needs_gate() -> None:
+    # The check itself never sees these: need_probe answers for it.
+    [not_run] = judge_gated(None)
+    assert not_run.status is Status.SKIP and not_run.summary == "the NCCL probe was not run"
+    [skipped] = judge_gated({"skipped": "--no-probe"})
+    assert skipped.status is Status.SKIP and "--no-probe" in skipped.summary
+    [error] = judge_gated({"error": "the probe did not finish within 9.0 s"})
     assert error.status is Status.UNKNOWN and "9.0 s" in error.summary
+    [passed] = judge_gated(recorded("probe-report.json"))
+    assert passed.status is Status.PASS
+
+
+def test_result_without_a_status_is_unknown() -> None:
+    [finding] = judge({})
+    assert finding.status is Status.UNKNOWN and "no status" in finding.summary
 
 
 def test_skips_and_unknowns_carry_the_reason() -> None:
@@ -145,3 +166,30 @@ def test_localisation_names_the_slow_gpu() -> None:
     assert {finding.subject for finding in named} == {"GPU5"}
     assert any("host-to-device copy 12.0 GB/s" in finding.summary for finding in named)
     assert any("both neighbour pairs" in finding.summary for finding in named)
+
+
+def test_a_budget_too_short_or_a_kill_during_init_is_unknown_not_a_hang() -> None:
+    short = judge({"status": "error", "reason_code": "budget-too-short", "budget_s": 1.27, "min_budget_s": 3.0,
+                   "reason": "the probe needs at least 3 s; it got 1.3 s: raise --deadline/--budget"})[0]
+    assert short.status is Status.UNKNOWN
+    assert short.summary == "the probe needs at least 3 s; it got 1.3 s: raise --deadline/--budget"
+    assert short.remedy and "--deadline" in short.remedy and short.evidence["min_budget_s"] == 3.0
+    during_init = judge({"status": "timeout", "reason_code": "init-timeout", "timeout_phase": "nccl-init",
+                         "reason": "timeout during NCCL init: killed at the 3 s deadline before NCCL init finished"})[0]
+    assert during_init.status is Status.UNKNOWN and during_init.summary.startswith("timeout during NCCL init")
+    # After init, a kill is a hang: fail, as before.
+    hang = judge({"status": "timeout", "reason_code": "timeout", "timeout_phase": "all-reduce",
+                  "reason": "probe timed out: killed at the 5 s deadline after NCCL init, during the all-reduces"})[0]
+    assert hang.status is Status.FAIL and hang.summary.startswith("probe timed out")
+
+
+def test_no_measurements_because_the_budget_ran_out_says_so() -> None:
+    [finding] = judge({"status": "ok", "sizes": [], "truncated": "budget spent before 8192 B"})
+    assert finding.status is Status.UNKNOWN and "budget spent before 8192 B" in finding.summary
+    assert finding.remedy and "--budget" in finding.remedy
+
+
+def test_missing_nccl_tests_has_its_own_remedy() -> None:
+    [finding] = judge({"status": "skipped", "reason": "all_reduce_perf (nccl-tests) is not installed",
+                       "reason_code": "no-nccl-tests"})
+    assert finding.status is Status.UNKNOWN and finding.remedy and "all_reduce_perf" in finding.remedy

@@ -6,16 +6,24 @@ import ctypes
 import json
 import os
 import stat
+import subprocess
 import sys
 import textwrap
 import time
+import types
 from pathlib import Path
+from typing import Any
 
+import psutil
 import pytest
 
+from netdoctor.host import runner
 from netdoctor.probe import engine, worker
-from netdoctor.probe.engine import WorkerRun, assemble, run_probe, run_process, worker_environment
+from netdoctor.probe.engine import (WorkerRun, assemble, collect_gpu_links, run_probe, run_process,
+                                    worker_environment)
+from netdoctor.probe.expectation import expected_busbw
 from tests.corpus_util import corpus_dir
+from tests.test_host_nvml import FakeGpu, FakeNvml, NVMLError_DriverNotLoaded
 
 DEVICE = Path(__file__).parent / "data" / "device" / "nvidia-h200-x2"
 
@@ -63,7 +71,9 @@ def test_hung_worker_and_its_child_are_killed_at_the_deadline(tmp_path: Path) ->
     assert not alive(child)
     result = assemble(run, 1.0)
     assert result["status"] == "timeout"
-    assert result["reason"] == "probe timed out: killed at the 1 s deadline (NCCL init had not completed)"
+    # Killed before the worker said NCCL init was done: not evidence of a hang.
+    assert result["reason_code"] == "init-timeout" and result["timeout_phase"] == "nccl-init"
+    assert result["reason"].startswith("timeout during NCCL init: killed at the 1 s deadline")
     assert result["nccl_version"] == "2.28.9"
 
 
@@ -167,3 +177,276 @@ def test_nccl_tests_engine_missing(tmp_path: Path) -> None:
 def test_default_sizes_are_small_to_large() -> None:
     assert engine.DEFAULT_SIZES == sorted(engine.DEFAULT_SIZES)
     assert engine.DEFAULT_SIZES[0] <= 8192 and engine.DEFAULT_SIZES[-1] == 1 << 30
+
+
+# -- NVML facts: the discovery collector, mapped into GpuLinks ------------------------------
+
+def _fake_nvml(gpus: list[FakeGpu], *, max_links: int = 18, version: int = 6,
+               gaps: bool = False) -> types.ModuleType:
+    module = FakeNvml(gpus).module()
+    module.NVML_NVLINK_MAX_LINKS = max_links
+    module.nvmlDeviceGetNvLinkVersion = lambda handle, link: version
+    if gaps:
+        # B200: 18 links spread over 36 indices; the others answer NOT_SUPPORTED. Index 0
+        # is a gap, so a count that stops at the first failing index finds no link at all.
+        def state(handle: Any, link: int) -> int:
+            if link % 2 == 0:
+                raise module.NVMLError(3)
+            return 1
+        module.nvmlDeviceGetNvLinkState = state
+    return module
+
+
+def test_gpu_links_count_every_link_of_a_b200_with_index_gaps() -> None:
+    module = _fake_nvml([FakeGpu("NVIDIA B200", f"GPU-{index}", f"00000000:1{index}:00.0", 0) for index in range(2)],
+                        max_links=36, version=7, gaps=True)
+    links = collect_gpu_links(None, module)
+    assert [(link.index, link.nvlink_active, link.nvlink_total, link.nvlink_version) for link in links] == [
+        (0, 18, 18, "5.0"), (1, 18, 18, "5.0")]
+    assert (links[0].pcie_gen, links[0].pcie_width) == (5, 16)       # the link's maximum, not the idle Gen1
+    # 18 x 50 GB/s of NVLink 5.0, not the PCIe fallback a zero link count would give.
+    assert expected_busbw(links, 1 << 30).interconnect == "NVLink"
+    assert expected_busbw(links, 1 << 30).nominal_gbps == 900
+
+
+def test_gpu_links_follow_the_selected_indices_and_keep_lost_gpus() -> None:
+    module = _fake_nvml([FakeGpu("NVIDIA H200", "GPU-a", "00000000:18:00.0", 0, nvlinks=[1] * 17 + [0]),
+                         FakeGpu("NVIDIA H200", "GPU-b", "00000000:2A:00.0", 0, lost=True),
+                         FakeGpu("NVIDIA H200", "GPU-c", "00000000:3B:00.0", 0, nvlinks=[1] * 18)])
+    links = collect_gpu_links([2, 0, 7], module)
+    assert [(link.index, link.nvlink_active, link.nvlink_total) for link in links] == [(2, 18, 18), (0, 17, 18)]
+    assert links[0].nvlink_version == "4.0" and links[0].name == "NVIDIA H200"
+    lost = collect_gpu_links([1], module)[0]
+    # NVML lists it but tells nothing: no expectation is made up for it.
+    assert (lost.name, lost.nvlink_active, lost.pcie_gen) == (None, None, None)
+
+
+def test_gpu_links_without_nvml() -> None:
+    fake = FakeNvml([], init_error=NVMLError_DriverNotLoaded(9))
+    assert collect_gpu_links(None, fake.module()) == []
+    assert fake.calls == ["init"]
+
+
+# -- the worker's process group: registered, and killed even when the caller gives up ------
+
+def _gone(pid: int, within_s: float = 3.0) -> bool:
+    """Dead (or a zombie) within `within_s`: SIGKILL is delivered asynchronously."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+
+
+def _stubborn_worker(path: Path, pids: Path) -> Path:
+    """A fake worker that forks a child, ignores SIGTERM and sleeps, as a hung NCCL does."""
+    path.write_text(textwrap.dedent(f"""
+        import os, signal, time
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        child = os.fork()
+        if child == 0:
+            time.sleep(600)
+            os._exit(0)
+        with open({str(pids)!r} + ".tmp", "w") as handle:
+            handle.write(f"{{os.getpid()}} {{child}}")
+        os.replace({str(pids)!r} + ".tmp", {str(pids)!r})
+        time.sleep(600)
+    """))
+    return path
+
+
+def test_worker_group_dies_with_netdoctor_when_the_caller_gave_up(tmp_path: Path) -> None:
+    """NVML hangs in the parent while the worker runs: netdoctor.run stops waiting for the
+    probe and netdoctor exits; the worker and its child must not outlive it."""
+    pids = tmp_path / "pids"
+    worker_script = _stubborn_worker(tmp_path / "worker.py", pids)
+    parent = textwrap.dedent(f"""
+        import sys, time, types
+        from pathlib import Path
+        fake = types.ModuleType("pynvml")               # NVML wedged in the driver
+        fake.NVMLError = type("NVMLError", (Exception,), {{}})
+        fake.nvmlInit = lambda: time.sleep(600)
+        sys.modules["pynvml"] = fake
+        from netdoctor import run
+        from netdoctor.probe import engine
+        engine.WORKER = Path({str(worker_script)!r})
+        try:
+            run._call_with_deadline("nccl-probe", lambda: engine.run_probe(gpus=[0, 1], budget_s=60.0),
+                                    time.monotonic() + 2.0)
+        except run._Timeout:
+            print("gave up waiting", flush=True)
+    """)
+    completed = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60,
+                               check=False)
+    assert completed.returncode == 0, completed.stderr
+    assert "gave up waiting" in completed.stdout
+    leader, child = (int(value) for value in pids.read_text().split())
+    assert _gone(leader) and _gone(child)
+
+
+def test_worker_group_is_registered_while_it_runs_and_nothing_of_it_outlives_it(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    code = textwrap.dedent(f"""
+        import os, sys, time
+        child = os.fork()
+        if child == 0:
+            time.sleep(600)
+            os._exit(0)
+        open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child}}")
+        open(sys.argv[1], "w").write('{{"status": "ok"}}')
+    """)
+    seen: list[bool] = []
+
+    def meanwhile(process: subprocess.Popen[bytes]) -> None:
+        seen.append(process.pid in runner._LIVE_GROUPS._groups)
+
+    result_path = tmp_path / "result.json"
+    run = run_process([sys.executable, "-c", code, str(result_path)], dict(os.environ), 10.0, result_path,
+                      while_running=meanwhile)
+    assert run.state == "ok" and run.result == {"status": "ok"} and run.returncode == 0
+    leader, child = (int(value) for value in pids.read_text().split())
+    assert seen == [True]
+    assert leader not in runner._LIVE_GROUPS._groups
+    assert _gone(child)        # the leader's straggler went with it
+
+
+# -- the localisation threshold comes from the caller's pass fraction -----------------------
+
+def test_localisation_threshold_uses_the_callers_fraction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_worker = tmp_path / "worker.py"
+    fake_worker.write_text(textwrap.dedent("""
+        import json, sys
+        config = json.loads(sys.argv[1])
+        line = sys.stdin.readline() if config["localise_below_gbps"] == "stdin" else "null"
+        json.dump({"status": "ok", "sizes": [], "threshold": json.loads(line)}, open(sys.argv[2], "w"))
+    """))
+    module = _fake_nvml([FakeGpu("NVIDIA H200", f"GPU-{index}", f"00000000:1{index}:00.0", 0, nvlinks=[1] * 18)
+                         for index in range(2)])
+    monkeypatch.setattr(engine, "WORKER", fake_worker)
+    monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: collect_gpu_links(indices, module))
+    expected = expected_busbw(collect_gpu_links(None, module), 1 << 30).busbw_gbps
+    assert expected == pytest.approx(331.8, abs=0.1)
+    for fraction in (0.5, 0.9):
+        result = run_probe(gpus=[0, 1], budget_s=10.0, localise_below_fraction=fraction)
+        assert result["threshold"] == pytest.approx(expected * fraction, abs=0.01)
+        assert [link["nvlink_active"] for link in result["gpu_links"]] == [18, 18]
+    bad = run_probe(gpus=[0, 1], budget_s=10.0, localise_below_fraction=0)
+    assert bad["status"] == "error" and bad["reason_code"] == "bad-fraction"
+
+
+# -- the time budget: too short is refused; a kill during init is not a hang ----------------
+
+def _phase_worker(path: Path, *, init_done: bool, started: Path) -> Path:
+    """A fake worker that reports its GPUs through the phase lines (as the real one does),
+    optionally that NCCL init finished, and then hangs without writing a result."""
+    path.write_text(textwrap.dedent(f"""
+        import os, sys, time
+        open({str(started)!r}, "w").write("started")
+        sys.path.insert(0, {str(Path(worker.__file__).parent)!r})
+        import worker
+        worker.phase("gpus", [0, 1])
+        worker.phase("devices", [{{"index": 0, "name": "NVIDIA H200", "pci_bus_id": "0000:00:06.0"}},
+                                 {{"index": 1, "name": "NVIDIA H200", "pci_bus_id": "0000:00:07.0"}}])
+        print("vm:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0", flush=True)
+        if {init_done!r}:
+            worker.phase("init-done")
+        time.sleep(600)
+    """))
+    return path
+
+
+def test_a_budget_below_the_minimum_is_refused_without_starting_the_worker(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started = tmp_path / "started"
+    monkeypatch.setattr(engine, "WORKER", _phase_worker(tmp_path / "worker.py", init_done=True, started=started))
+    before = time.monotonic()
+    result = run_probe(gpus=None, budget_s=1.27)
+    assert time.monotonic() - before < 0.5
+    assert not started.exists()
+    assert result["status"] == "error" and result["reason_code"] == "budget-too-short"
+    assert result["reason"] == (f"the probe needs at least {engine.MIN_PROBE_BUDGET_S:g} s; it got 1.3 s: "
+                                "raise --deadline/--budget")
+    assert result["min_budget_s"] == engine.MIN_PROBE_BUDGET_S
+    json.dumps(result)
+    # A node the inventory shows GPU-less is still a skip, whatever the budget.
+    from tests.inventory_factory import CAPTURED_AT, sources
+    from netdoctor.inventory.model import Inventory
+    gpu_less = Inventory(host="n", captured_at=CAPTURED_AT, gpus=[], sources=sources("nvml"))
+    assert run_probe(gpus=None, budget_s=1.0, inventory=gpu_less)["reason_code"] == "no-gpus"
+
+
+@pytest.mark.parametrize(("init_done", "code", "phase"), [(False, "init-timeout", "nccl-init"),
+                                                           (True, "timeout", "all-reduce")])
+def test_a_kill_is_told_apart_by_the_workers_phase(init_done: bool, code: str, phase: str, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "WORKER", _phase_worker(tmp_path / "worker.py", init_done=init_done,
+                                                        started=tmp_path / "started"))
+    monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: [])      # no NVML in this Python
+    result = run_probe(gpus=None, budget_s=engine.MIN_PROBE_BUDGET_S)
+    assert result["status"] == "timeout"
+    assert result["reason_code"] == code and result["timeout_phase"] == phase
+    if init_done:
+        assert result["reason"].startswith("probe timed out: killed at the 3 s deadline after NCCL init")
+    else:
+        assert result["reason"].startswith("timeout during NCCL init")
+    # What was probed is known from the phase lines, though no result file was written.
+    assert result["gpus"] == [0, 1] and result["gpu_count"] == 2
+    assert [device["pci_bus_id"] for device in result["devices"]] == ["0000:00:06.0", "0000:00:07.0"]
+    assert result["nccl_version"] == "2.28.9"
+
+
+def test_phase_lines_stay_whole_among_nccl_output() -> None:
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import worker; sys.stdout.write('NCCL INFO partial'); "
+            "worker.phase('devices', [{'index': 0, 'name': 'X', 'pci_bus_id': '0000:00:06.0'}]); "
+            "worker.phase('init-done'); print(' line')")
+    completed = subprocess.run([sys.executable, "-c", code, str(Path(worker.__file__).parent)], capture_output=True,
+                               text=True, timeout=30, check=True)
+    phases = engine.worker_phases(completed.stdout)
+    assert phases == {"devices": [{"index": 0, "name": "X", "pci_bus_id": "0000:00:06.0"}], "init-done": None}
+    assert completed.stdout.startswith("NCCL INFO partial\n")
+
+
+def _fake_all_reduce_perf(directory: Path, *, init_complete: bool) -> dict[str, str]:
+    binary = directory / "all_reduce_perf"
+    line = "vm:1:1 [0] NCCL INFO comm 0x1 rank 0 nranks 2 cudaDev 0 busId 6000 - Init COMPLETE" if init_complete else ""
+    binary.write_text(f"#!/bin/sh\necho 'vm:1:1 [0] NCCL INFO NCCL version 2.27.7+cuda12.9'\necho '{line}'\nexec sleep 600\n")
+    binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
+    return {"PATH": f"{directory}:/usr/bin:/bin"}
+
+
+@pytest.mark.parametrize(("init_complete", "code"), [(False, "init-timeout"), (True, "timeout")])
+def test_nccl_tests_kill_uses_nccls_init_complete(init_complete: bool, code: str, tmp_path: Path) -> None:
+    env = _fake_all_reduce_perf(tmp_path, init_complete=init_complete)
+    result = run_probe(gpus=[0, 1], engine="nccl-tests", budget_s=engine.MIN_PROBE_BUDGET_S, env=env)
+    assert result["status"] == "timeout" and result["reason_code"] == code
+
+
+def test_nccl_tests_gpu_selection_is_checked_against_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _fake_nvml([FakeGpu("NVIDIA H200", f"GPU-{index}", f"00000000:1{index}:00.0", 0, nvlinks=[1] * 18)
+                         for index in range(2)])
+    monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: collect_gpu_links(indices, module))
+    env = _fake_all_reduce_perf(tmp_path, init_complete=True)
+    bad = run_probe(gpus=[0, 5], engine="nccl-tests", budget_s=5.0, env=env)
+    assert bad["status"] == "error" and bad["reason_code"] == "bad-gpus"
+    assert bad["reason"] == "GPU index [5] does not exist: 2 GPU(s) visible"
+    # Without NVML the count for -g N is unknown: an error, not "0 GPU(s)", which reads as GPU-less.
+    monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: [])
+    uncounted = run_probe(gpus=None, engine="nccl-tests", budget_s=5.0, env=env)
+    assert uncounted["status"] == "error" and uncounted["reason_code"] == "no-gpu-count"
+
+
+def test_a_kill_during_init_with_a_generous_budget_is_a_hang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Twice what a healthy node needs and NCCL init still not done: fail as a timeout, not unknown."""
+    monkeypatch.setattr(engine, "WORKER", _phase_worker(tmp_path / "worker.py", init_done=False,
+                                                        started=tmp_path / "started"))
+    monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: [])
+    monkeypatch.setattr(engine, "INIT_HANG_BUDGET_S", engine.MIN_PROBE_BUDGET_S)   # keep the test at 3 s
+    result = run_probe(gpus=None, budget_s=engine.MIN_PROBE_BUDGET_S)
+    assert result["status"] == "timeout" and result["reason_code"] == "timeout"
+    assert result["timeout_phase"] == "nccl-init"
+    assert result["reason"].startswith("probe timed out: NCCL init did not finish")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from netdoctor.probe.expectation import (GpuLinks, expected_busbw, nvlink_version_name, pcie_gbps)
+from netdoctor.probe.expectation import (GpuLinks, expected_busbw, nvlink_version_name, pcie_gbps,
+                                         size_text)
 
 GIB = 1 << 30
 
@@ -70,3 +71,8 @@ def test_smaller_messages_expect_less() -> None:
     assert large is not None and medium is not None and medium < large
     # Measured 299.1 at 256 MiB; the model stays within 3 %.
     assert medium == pytest.approx(299.1, rel=0.03)
+
+
+def test_size_text() -> None:
+    assert [size_text(size) for size in (1 << 30, 256 << 20, 8192, 6000, 3 << 29)] == [
+        "1 GiB", "256 MiB", "8 KiB", "6000 B", "1536 MiB"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
+import contextlib
 import os
 import selectors
 import shutil
@@ -21,6 +22,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 
 import structlog
 
@@ -66,6 +68,24 @@ def _kill_group(group: int) -> None:
         os.killpg(group, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+@contextlib.contextmanager
+def tracked_process_group(group: int) -> Iterator[None]:
+    """Guard a child's process group started outside `run_commands` (start_new_session=True).
+
+    While the block runs, `group` is in the registry that the atexit handler kills, so the
+    group dies with netdoctor even when the caller stopped waiting for the thread that owns
+    it (a hung call it cannot interrupt). Leaving the block SIGKILLs what is left of the
+    group and forgets it. Leave the block before reaping the group's leader: until then its
+    pid (the group id) cannot be reused, so the kill cannot hit an unrelated process.
+    """
+    _LIVE_GROUPS.add(group)
+    try:
+        yield
+    finally:
+        _kill_group(group)
+        _LIVE_GROUPS.discard(group)
 
 
 def command_environment(path: str | None = None) -> dict[str, str]:

@@ -3,13 +3,17 @@
 The only place of the probe that starts processes. Each run gets its own process group
 (`start_new_session`), so at the deadline the whole group is killed: a hung NCCL
 communicator, its proxy threads and anything it forked go together, and nothing is left
-holding GPU memory.
+holding GPU memory. The group is registered with netdoctor.host.runner from its start
+until its leader is reaped, so it is killed at interpreter exit too when a caller stopped
+waiting for the probe (netdoctor.run gives up on a probe whose NVML call hangs).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import select
 import shutil
 import signal
 import subprocess
@@ -23,6 +27,8 @@ from typing import Any
 import structlog
 
 from netdoctor.errors import ParseError
+from netdoctor.host.nvml import collect_nvml
+from netdoctor.host.runner import _has_exited, tracked_process_group
 from netdoctor.parsers.nccl import NcclLogFacts, parse_nccl_log, parse_nccl_tests
 from netdoctor.probe.expectation import GpuLinks, expected_busbw, nvlink_version_name
 
@@ -35,8 +41,21 @@ DEFAULT_SIZES = [8 * 1024, MIB, 16 * MIB, 256 * MIB, 1024 * MIB]
 LOG_CAP_BYTES = 8 * MIB
 KILL_GRACE_S = 0.3
 # Below this fraction of the expected busbw the worker spends its remaining budget on
-# localisation (per-GPU copies, neighbour pairs). The pack's pass fraction is the usual value.
+# localisation (per-GPU copies, neighbour pairs). Callers pass their rule pack's
+# `[nccl-probe] pass_fraction`; this default (rules/default.toml's value) is only for
+# callers without a pack (the benchmarks).
 DEFAULT_LOCALISE_FRACTION = 0.8
+# The least budget the probe accepts. Below it a healthy node cannot finish, and being
+# killed for that is not a hang: run_probe refuses at once (status "error", reason_code
+# "budget-too-short"; the check says `unknown`). Measured on 2x H200 (benchmarks/results/
+# probe.md; the reviewer's `check --deadline 2` run): worker start, libcuda/libnccl load,
+# cuInit and contexts ~0.6 s and NCCL init alone up to ~1.4 s, before the all-reduces
+# (0.3-0.6 s), the localisation reserve (0.5 s) and tear-down (0.25 s) are spent.
+MIN_PROBE_BUDGET_S = 3.0
+# A worker killed during NCCL init with at least this budget was hung, not short of time.
+INIT_HANG_BUDGET_S = 2 * MIN_PROBE_BUDGET_S
+# Progress lines the worker prints (worker.PHASE_PREFIX): `NETDOCTOR_PHASE <name> [json]`.
+_PHASE = re.compile(r"^NETDOCTOR_PHASE ([\w-]+)(?: (.*))?$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -72,23 +91,42 @@ def worker_environment(env: dict[str, str] | None) -> dict[str, str]:
     return merged
 
 
-def kill_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group, then SIGKILL what is left; reap the leader."""
-    for signal_number, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(process.pid, signal_number)
-        except ProcessLookupError:
-            break
-        try:
-            process.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            continue
-        # The leader is gone; make sure no other member of its group survives it.
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        break
+def _wait_exited(pid: int, timeout_s: float) -> bool:
+    """Wait up to `timeout_s` for child `pid` to exit, WITHOUT reaping it; True if it did.
+
+    Unreaped, its pid (= its process group id) cannot be reused, so its group can still
+    be killed safely afterwards.
+    """
+    end = time.monotonic() + max(timeout_s, 0.0)
+    try:
+        pidfd: int | None = os.pidfd_open(pid)   # readable once the child exits
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        while not _has_exited(pid):
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            if pidfd is not None:
+                select.select([pidfd], [], [], left)
+            else:
+                time.sleep(min(left, 0.01))
+        return True
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _terminate_group(pid: int, grace_s: float = KILL_GRACE_S) -> None:
+    """SIGTERM the group led by child `pid` and give its leader `grace_s` to exit (unreaped).
+
+    The SIGKILL for whatever is left comes from leaving `tracked_process_group`.
+    """
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        return
+    _wait_exited(pid, grace_s)
 
 
 def run_process(argv: list[str], env: dict[str, str], timeout_s: float,
@@ -96,7 +134,9 @@ def run_process(argv: list[str], env: dict[str, str], timeout_s: float,
     """Run `argv` in its own process group; kill the group at `timeout_s`.
 
     `while_running(process)` (optional) is called once the process has started, to do
-    the parent's own work in the meantime; it may write to `process.stdin`.
+    the parent's own work in the meantime; it may write to `process.stdin`. Nothing of
+    the group outlives this call, and should the caller stop waiting for it (this call
+    hangs in `while_running`), the group is killed when the interpreter exits.
     """
     started = time.monotonic()
     with tempfile.TemporaryFile() as output:
@@ -107,18 +147,20 @@ def run_process(argv: list[str], env: dict[str, str], timeout_s: float,
             return WorkerRun("missing", None, f"cannot start {argv[0]}: {error}", None, 0.0)
         state = "ok"
         try:
-            if while_running is not None:
-                try:
-                    while_running(process)
-                finally:
-                    _close_stdin(process)
-            process.wait(timeout=max(timeout_s - (time.monotonic() - started), 0.1))
-        except subprocess.TimeoutExpired:
-            state = "timeout"
-            kill_group(process)
-        except BaseException:
-            kill_group(process)
-            raise
+            with tracked_process_group(process.pid):      # leaving it SIGKILLs the rest of the group
+                if while_running is not None:
+                    try:
+                        while_running(process)
+                    finally:
+                        _close_stdin(process)
+                if not _wait_exited(process.pid, max(timeout_s - (time.monotonic() - started), 0.1)):
+                    state = "timeout"
+                    _terminate_group(process.pid)
+        finally:
+            try:
+                process.wait(timeout=5.0)                  # reaped only once its group is dead
+            except subprocess.TimeoutExpired:
+                log.warning("probe process did not end after SIGKILL", pid=process.pid)
         output.seek(0)
         text = output.read(LOG_CAP_BYTES).decode(errors="replace")
     result = None
@@ -140,58 +182,32 @@ def _close_stdin(process: subprocess.Popen[bytes]) -> None:
             pass
 
 
-def collect_gpu_links(indices: list[int] | None) -> list[GpuLinks]:
-    """NVLink version/links and PCIe max gen/width per GPU from NVML; [] when NVML is unavailable."""
-    try:
-        import pynvml
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as error:
-        log.debug("NVML unavailable for the probe's expectation", error=str(error))
-        return []
-    links: list[GpuLinks] = []
-    try:
-        count = pynvml.nvmlDeviceGetCount()
-        for index in indices if indices is not None else range(count):
-            if index >= count:
-                continue
-            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            name = _nvml(pynvml.nvmlDeviceGetName, handle)
-            active = total = 0
-            version = None
-            for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
-                state = _nvml(pynvml.nvmlDeviceGetNvLinkState, handle, link)
-                if state is None:
-                    break
-                total += 1
-                if state == pynvml.NVML_FEATURE_ENABLED:
-                    active += 1
-                    version = version or _nvml(pynvml.nvmlDeviceGetNvLinkVersion, handle, link)
-            links.append(GpuLinks(
-                index=index, name=name if isinstance(name, str) else None,
-                nvlink_version=nvlink_version_name(version, name if isinstance(name, str) else None),
-                nvlink_active=active, nvlink_total=total,
-                pcie_gen=_nvml(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
-                pcie_width=_nvml(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle)))
-    except pynvml.NVMLError as error:
-        log.debug("NVML query failed", error=str(error))
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except pynvml.NVMLError:
-            pass
-    return links
+def _no_dmabuf_query(address: str) -> bool | None:
+    return None     # not needed here; asking libcuda would cuInit in the parent as well
 
 
-def _nvml(function: Any, *args: Any) -> Any:
-    import pynvml
-    try:
-        value = function(*args)
-    except pynvml.NVMLError:
-        return None
-    return value.decode() if isinstance(value, bytes) else value
+def collect_gpu_links(indices: list[int] | None, nvml_module: Any = None) -> list[GpuLinks]:
+    """NVLink version/links and PCIe max gen/width per GPU (in `indices` order); [] without NVML.
+
+    The facts come from netdoctor.host.nvml, the collector discovery uses (it counts the
+    links of GPUs whose link indices have gaps, such as B200). `nvml_module` replaces
+    pynvml (tests).
+    """
+    report, status = collect_nvml(nvml_module, dmabuf_query=_no_dmabuf_query)
+    if report is None:
+        log.debug("NVML unavailable for the probe's expectation", reason=status)
+        return []
+    by_index: dict[int, GpuLinks] = {}
+    for gpu in report.get("gpus") or []:
+        name = gpu.get("name") if isinstance(gpu.get("name"), str) else None
+        nvlink = gpu.get("nvlink") or {}
+        pcie = gpu.get("pcie") or {}
+        by_index[gpu["index"]] = GpuLinks(
+            index=gpu["index"], name=name, nvlink_version=nvlink_version_name(nvlink.get("version"), name),
+            nvlink_active=nvlink.get("active"), nvlink_total=nvlink.get("total"),
+            pcie_gen=pcie.get("max_gen"), pcie_width=pcie.get("max_width"))
+    order = indices if indices is not None else sorted(by_index)
+    return [by_index[index] for index in order if index in by_index]
 
 
 def describe_transport(facts: NcclLogFacts | None) -> dict[str, Any]:
@@ -238,13 +254,19 @@ def run_probe(*, gpus: list[int] | None, engine: str = "auto", budget_s: float =
     """Run the NCCL probe on this node's GPUs within `budget_s` seconds; never raises for GPU problems.
 
     Returns a JSON-serialisable dict (see docs/probe.md). `inventory` (optional) lets the
-    probe skip at once on nodes with fewer than two GPUs.
+    probe skip at once on nodes with fewer than two GPUs. `localise_below_fraction`: the
+    caller's rule pack's `[nccl-probe] pass_fraction`; below that fraction of the expected
+    busbw the worker localises the slow GPU or link.
     """
     started = time.monotonic()
     sizes = sorted(set(sizes or DEFAULT_SIZES))
     if any(size < 4 or size % 4 for size in sizes):
         return _skipped(f"message sizes must be positive multiples of 4 bytes, got {sizes}", "bad-sizes", started,
                         status="error")
+    fraction = localise_below_fraction
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 2:
+        return _skipped(f"localisation fraction (the pack's pass_fraction) must be in (0, 2], got {fraction!r}",
+                        "bad-fraction", started, status="error")
     if engine not in ("auto", "nccl", "nccl-tests"):
         return _skipped(f"unknown probe engine {engine!r} (auto, nccl, nccl-tests)", "bad-engine", started,
                         status="error")
@@ -254,10 +276,24 @@ def run_probe(*, gpus: list[int] | None, engine: str = "auto", budget_s: float =
         if known is not None and nvml is not None and nvml.usable and len(known) < 2:
             return _skipped(f"{len(known)} GPU(s) on this node: an all-reduce needs at least 2", "single-gpu"
                             if known else "no-gpus", started, gpu_count=len(known), gpus=[gpu.index for gpu in known])
+    if budget_s < MIN_PROBE_BUDGET_S:
+        return _skipped(f"the probe needs at least {MIN_PROBE_BUDGET_S:g} s; it got {budget_s:.1f} s: "
+                        "raise --deadline/--budget", "budget-too-short", started, status="error",
+                        engine="nccl-tests" if engine == "nccl-tests" else "nccl",
+                        gpus=list(gpus or []), gpu_count=len(gpus or []), budget_s=round(budget_s, 3),
+                        min_budget_s=MIN_PROBE_BUDGET_S)
     chosen = "nccl-tests" if engine == "nccl-tests" else "nccl"
     gpu_links: list[GpuLinks] = []
     if chosen == "nccl-tests":
-        gpu_links = collect_gpu_links(gpus)
+        every_gpu = collect_gpu_links(None)
+        known = {link.index for link in every_gpu}
+        missing = [index for index in gpus or [] if index not in known]
+        if every_gpu and missing:
+            return _skipped(f"GPU index {missing} does not exist: {len(every_gpu)} GPU(s) visible", "bad-gpus",
+                            started, status="error", engine=chosen, gpus=list(gpus or []),
+                            gpu_count=len(gpus or []))
+        gpu_links = every_gpu if gpus is None else [link for index in gpus for link in every_gpu
+                                                    if link.index == index]
         result = _run_nccl_tests(gpus, sizes, budget_s, started, env, gpu_links)
     else:
         result = _run_worker(gpus, sizes, budget_s, started, env, gpu_links, localise_below_fraction)
@@ -310,6 +346,20 @@ def _run_worker(gpus: list[int] | None, sizes: list[int], budget_s: float, start
     return assemble(run, budget_s)
 
 
+def worker_phases(log_text: str) -> dict[str, Any]:
+    """The worker's `NETDOCTOR_PHASE` lines: phase name -> its JSON payload (None without one)."""
+    phases: dict[str, Any] = {}
+    for match in _PHASE.finditer(log_text):
+        payload = None
+        if match[2]:
+            try:
+                payload = json.loads(match[2])
+            except ValueError:
+                payload = None
+        phases[match[1]] = payload
+    return phases
+
+
 def assemble(run: WorkerRun, budget_s: float) -> dict[str, Any]:
     """The probe result from a finished (or killed) worker run."""
     facts = None
@@ -318,9 +368,34 @@ def assemble(run: WorkerRun, budget_s: float) -> dict[str, Any]:
     except ParseError:
         facts = None
     result: dict[str, Any] = dict(run.result or {})
+    phases = worker_phases(run.log)
+    # What the worker said it probed, for a worker killed before it wrote its result.
+    if not result.get("gpus") and isinstance(phases.get("gpus"), list):
+        result["gpus"] = phases["gpus"]
+    if not result.get("devices") and isinstance(phases.get("devices"), list):
+        result["devices"] = phases["devices"]
     if run.state == "timeout":
+        # Our worker prints `init-done` once ncclCommInitAll returned; nccl-tests prints no
+        # phases, and its NCCL log's "Init COMPLETE" says the same.
+        init_done = "init-done" in phases or (not phases and facts is not None and facts.init_complete)
         result["status"] = "timeout"
-        result["reason"] = f"probe timed out: killed at the {budget_s:g} s deadline"
+        if init_done:
+            result["reason_code"] = "timeout"
+            result["timeout_phase"] = "all-reduce"
+            result["reason"] = (f"probe timed out: killed at the {budget_s:g} s deadline after NCCL init, "
+                                "during the all-reduces")
+        elif budget_s >= INIT_HANG_BUDGET_S:
+            # Twice what a healthy node needs and NCCL init still not done: a hang.
+            result["reason_code"] = "timeout"
+            result["timeout_phase"] = "nccl-init"
+            result["reason"] = (f"probe timed out: NCCL init did not finish within the {budget_s:g} s deadline "
+                                f"(a healthy node needs well under {MIN_PROBE_BUDGET_S:g} s)")
+        else:
+            # Not evidence of a hang: init can take longer than a tight budget on a healthy node.
+            result["reason_code"] = "init-timeout"
+            result["timeout_phase"] = "nccl-init"
+            result["reason"] = (f"timeout during NCCL init: killed at the {budget_s:g} s deadline before NCCL "
+                                "init finished; a healthy node may need more time: raise --deadline/--budget")
     elif run.state == "crashed":
         tail = " | ".join(line for line in run.log.strip().splitlines()[-3:])
         result["status"] = "error"
@@ -338,8 +413,6 @@ def assemble(run: WorkerRun, budget_s: float) -> dict[str, Any]:
     result["busbw_gbps"] = result["sizes"][-1]["busbw_gbps"] if result["sizes"] else None
     result["transport"] = describe_transport(facts)
     result["nccl_warnings"] = [line.message for line in facts.warnings][:10] if facts else []
-    if run.state == "timeout" and facts is not None and not facts.init_complete:
-        result["reason"] += " (NCCL init had not completed)"
     return result
 
 
@@ -349,6 +422,10 @@ def _run_nccl_tests(gpus: list[int] | None, sizes: list[int], budget_s: float, s
     binary = shutil.which("all_reduce_perf", path=(env or os.environ).get("PATH"))
     if binary is None:
         return _skipped("all_reduce_perf (nccl-tests) is not installed", "no-nccl-tests", started, engine="nccl-tests")
+    if gpus is None and not gpu_links:
+        # Without NVML the GPUs cannot be counted for `-g N`; 0 would read as a GPU-less node.
+        return _skipped("NVML gives no GPU count for all_reduce_perf -g N: pass --gpus, or use --engine nccl",
+                        "no-gpu-count", started, engine="nccl-tests", status="error")
     count = len(gpus) if gpus is not None else len(gpu_links)
     if count < 2:
         return _skipped(f"{count} GPU(s) selected: an all-reduce needs at least 2", "single-gpu", started,

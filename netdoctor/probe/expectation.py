@@ -95,6 +95,14 @@ def pcie_gbps(generation: int | None, width: int | None) -> float | None:
     return rate * code * width / 8
 
 
+def size_text(size: int) -> str:
+    """A message size for people: 1073741824 -> "1 GiB", 6000 -> "6000 B"."""
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor and size % factor == 0:
+            return f"{size // factor} {unit}"
+    return f"{size} B"
+
+
 def size_factor(message_bytes: int) -> float:
     return message_bytes / (message_bytes + HALF_SIZE_BYTES)
 

@@ -133,6 +133,12 @@ CU_MEMHOSTALLOC_PORTABLE = 1
 NAN_BITS = 0x7FC00000
 FILL_BLOCKS, FILL_THREADS = 1024, 256
 TEARDOWN_RESERVE_S = 0.25
+# Progress lines for the parent (netdoctor.probe.engine reads them from the captured log,
+# also after it killed this process): `NETDOCTOR_PHASE <name> [json]`. `gpus` (the selected
+# ordinals) and `devices` (name, PCI bus id) say what was probed even when no result file
+# is written; `init-done` separates a kill during NCCL init (the budget may just be too
+# short) from a hang in the timed all-reduces.
+PHASE_PREFIX = "NETDOCTOR_PHASE"
 
 
 class ProbeFailure(Exception):
@@ -173,7 +179,6 @@ class Nccl:
         self.lib.ncclAllReduce.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                                            ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
         self.lib.ncclCommDestroy.argtypes = [ctypes.c_void_p]
-        self.lib.ncclCommAbort.argtypes = [ctypes.c_void_p]
         self.lib.ncclCommGetAsyncError.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
         # ncclGetLastError exists from NCCL 2.13 on; older libraries give only the code.
         self.last_error = getattr(self.lib, "ncclGetLastError", None)
@@ -331,6 +336,24 @@ class Kernels:
             self.module = ctypes.c_void_p()
 
 
+def phase(name: str, payload: Any = None) -> None:
+    """Tell the parent how far the probe got: one `NETDOCTOR_PHASE` line on stdout.
+
+    C stdio (NCCL's INFO lines) is flushed first and the line goes out in one write(2) on
+    its own line, so it never lands inside an NCCL line and is on disk before the next step.
+    """
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+    sys.stdout.flush()
+    line = PHASE_PREFIX + " " + name + ("" if payload is None else " " + json.dumps(payload, separators=(",", ":")))
+    try:
+        os.write(1, ("\n" + line + "\n").encode())
+    except OSError:
+        pass
+
+
 class Probe:
     def __init__(self, config: dict[str, Any], started: float) -> None:
         self.config = config
@@ -372,6 +395,7 @@ class Probe:
             raise ProbeFailure("error", f"GPU index {bad} does not exist: {count.value} GPU(s) visible", "bad-gpus")
         self.result["gpus"] = ordinals
         self.result["gpu_count"] = len(ordinals)
+        phase("gpus", ordinals)
         if len(ordinals) < 2:
             raise ProbeFailure("skipped", f"{len(ordinals)} GPU(s) selected: an all-reduce needs at least 2", "single-gpu")
         self.nccl = load_nccl(self.config.get("nccl_library"))
@@ -380,6 +404,7 @@ class Probe:
         self.mark("loaded")
         self.gpus = [Gpu(self.cuda, ordinal, rank) for rank, ordinal in enumerate(ordinals)]
         self.result["devices"] = [{"index": gpu.ordinal, "name": gpu.name, "pci_bus_id": gpu.pci_bus_id} for gpu in self.gpus]
+        phase("devices", self.result["devices"])
         self.mark("contexts")
         try:
             self.kernels = [Kernels(self.cuda, gpu) for gpu in self.gpus]
@@ -399,6 +424,7 @@ class Probe:
         devices = (ctypes.c_int * len(self.gpus))(*[gpu.ordinal for gpu in self.gpus])
         self.nccl.call("ncclCommInitAll", self.comms, len(self.gpus), devices)
         self.mark("nccl_init")
+        phase("init-done")
 
     def fill(self) -> None:
         assert self.cuda is not None
