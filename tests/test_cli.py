@@ -147,6 +147,7 @@ def test_output_file_leaves_stdout_empty(world: dict[str, Path], tmp_path: Path)
     (["check", "--deadline", "soon"], "Invalid value for '--deadline'"),
     (["fleet"], "Missing command"),
     (["check", "--deadline", "inf"], "between 0 and 86400 seconds"),
+    (["check", "--only", "mtu", "--skip", "mtu"], "leave no check to run"),
 ])
 def test_usage_errors_exit_3_with_one_line(args: list[str], message: str) -> None:
     code, stdout, stderr = invoke(args)

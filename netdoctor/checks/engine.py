@@ -50,6 +50,9 @@ def select_checks(registry: Registry, only: Sequence[str] | None = None,
             raise UsageError(f"{option}: unknown check id {', '.join(unknown)}; valid ids: {', '.join(valid)}")
     chosen = set(only) if only else set(valid)
     chosen -= set(skip or ())
+    if not chosen:
+        # A run that judges nothing would pass: that is a mistake on the command line.
+        raise UsageError("--only and --skip leave no check to run")
     return [check for check in registry.checks() if check.id in chosen]
 
 
