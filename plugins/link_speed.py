@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from netdoctor.checks import CheckContext, Finding, check
+from netdoctor.checks.api import majority
 from netdoctor.checks.rules import (
     PortClass,
     class_evidence,
@@ -56,13 +57,6 @@ def _describe(gbps: float | None, width: int | None, link_layer: LinkLayer | Non
     return LinkRate(gbps, width, speed).describe()
 
 
-def _most_common(values: list[float] | list[int]) -> float | int | None:
-    if not values:
-        return None
-    counts = Counter(values)
-    top = max(counts.values())
-    # Ties go to the faster value: with two ports at 400 and 200, the 200 one is the suspect.
-    return max(value for value, count in counts.items() if count == top)
 
 
 def _expectation(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None,
@@ -79,8 +73,8 @@ def _expectation(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass 
                 if other_hca.ca_type == hca.ca_type and other.link_layer == port.link_layer
                 and other_class == port_class and other.rate is not None]
         if len(same) >= 2:
-            peer_gbps = _most_common([other.rate.gbps for other in same if other.rate and other.rate.gbps is not None])
-            peer_width = _most_common([other.rate.width for other in same if other.rate and other.rate.width])
+            peer_gbps = majority(Counter(other.rate.gbps for other in same if other.rate and other.rate.gbps is not None))
+            peer_width = majority(Counter(other.rate.width for other in same if other.rate and other.rate.width))
             used = []
             if gbps is None and peer_gbps is not None:
                 gbps = float(peer_gbps)

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from netdoctor.checks import CheckContext, Finding, Status, check
+from netdoctor.checks.api import majority
 from netdoctor.checks.rules import PortClass, classified_ports, unavailable_reason, virtual_function_note
 from netdoctor.inventory.model import Hca, LinkLayer, Netdev, Port
 
@@ -155,17 +156,16 @@ def _consistency(ctx: CheckContext, judged: list[Judged]) -> None:
         counts = Counter(item.value for item in members)
         if len(counts) < 2:
             continue
-        top = max(counts.values())
-        majority = max(value for value, count in counts.items() if count == top)
+        norm = majority(counts)
         for item in members:
-            if item.value == majority:
+            if item.value == norm:
                 continue
             old = item.finding
             item.finding = ctx.graded(
                 ctx.rule("consistent_mtu_severity", "warn"), old.subject,
-                f"{kind} {item.value} differs from the {majority} of the other {counts[majority]} "
+                f"{kind} {item.value} differs from the {norm} of the other {counts[norm]} "
                 f"of port class '{class_name}'",
-                evidence={**old.evidence, "majority_mtu": majority, "mtus": {str(value): count for value, count
+                evidence={**old.evidence, "majority_mtu": norm, "mtus": {str(value): count for value, count
                                                                              in sorted(counts.items())}},
                 remedy="give every port/netdev of one rail class the same MTU (and the switch ports too)",
                 rule="consistent_mtu")

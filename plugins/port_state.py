@@ -13,10 +13,12 @@ See docs/checks.md (`port-state`).
 from __future__ import annotations
 
 from collections import Counter
+
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
+from netdoctor.checks.api import majority
 from netdoctor.checks.rules import (
     PortClass,
     class_evidence,
@@ -225,9 +227,8 @@ def _judge_pkeys(ctx: CheckContext, ports: list[Port]) -> Iterator[Finding]:
     if len(tables) < 2:
         return
     counts = Counter(tables.values())
-    top = max(counts.values())
     # Ties: the larger table is taken as the intended one (a missing partition is the usual fault).
-    expected = max((table for table, count in counts.items() if count == top), key=lambda table: (len(table), table))
+    expected = majority(counts, prefer=lambda table: (len(table), table))
     deviating = {name: table for name, table in tables.items() if table != expected}
     if not deviating:
         yield ctx.passed("node", f"P_Keys {', '.join(expected)} on all {len(tables)} IB compute ports",

@@ -131,9 +131,8 @@ def dgx_inventory(*, gpus: Iterable[Gpu] | None = None, hcas: Iterable[Hca] | No
     )
 
 
-def run_check(function: Any, check_id: str, inventory: Inventory, rules: Mapping[str, Any],
-              extra: dict[str, Any] | None = None) -> list[Finding]:
-    ctx = CheckContext(check_id, inventory, rules=rules, extra=dict(extra or {}))
+def run_check(function: Any, check_id: str, inventory: Inventory, rules: Mapping[str, Any]) -> list[Finding]:
+    ctx = CheckContext(check_id, inventory, rules=rules)
     return list(function(ctx))
 
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory
 from netdoctor.report.model import Finding, Status
+
+T = TypeVar("T")
 
 # What a rule pack may set a finding's status to (skip is decided by applicability, not thresholds).
 JUDGED_STATUSES = frozenset({"pass", "warn", "fail", "unknown"})
@@ -62,6 +65,15 @@ class CounterHistory:
     source: str = "state"              # "state" (state file) | "baseline" (--baseline snapshot)
 
 
+def majority(counts: Counter[T], *, prefer: Callable[[T], Any] = lambda value: value) -> T | None:
+    """The value most members share (a node's norm to judge the odd one out); ties go to
+    the largest by `prefer`: the faster rate, the larger P_Key table (a missing one is the fault)."""
+    if not counts:
+        return None
+    top = max(counts.values())
+    return max((value for value, count in counts.items() if count == top), key=prefer)
+
+
 @dataclass
 class CheckContext:
     """What a check function receives. `rules` is the pack section of this check."""
@@ -71,7 +83,6 @@ class CheckContext:
     rules: Mapping[str, Any]
     history: CounterHistory | None = None
     probe: Mapping[str, Any] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def rule(self, key: str, default: Any = None) -> Any:
         return self.rules.get(key, default)

@@ -185,9 +185,6 @@ class RulePack:
             raise RulesError(f"rule pack {self.name!r}: [{check_id}] must be a table, not {type(values).__name__}")
         return RuleSection(values, self)
 
-    @property
-    def priority(self) -> int:
-        return int(self.data.get("pack", {}).get("priority", 0))
 
     @property
     def required(self) -> frozenset[str]:

@@ -133,7 +133,6 @@ class SnapshotSource:
         self.host: str = host
         self.captured_at: str = captured_at
         self.boot_id: str | None = boot_id
-        self.netdoctor_version: str | None = meta.get("netdoctor") if isinstance(meta.get("netdoctor"), str) else None
         durations = meta.get("command_durations", {})
         self._durations: dict[str, float] = (
             {key: float(value) for key, value in durations.items() if isinstance(value, (int, float))}
@@ -215,10 +214,6 @@ class SnapshotSource:
 
     def netdevs(self) -> list[NetdevFacts]:
         return collect_netdevs(self.sys, use_netlink=False)
-
-    def command_names(self) -> list[str]:
-        """NAMEs of every command the snapshot holds (for `discover` and debugging)."""
-        return sorted(self._commands)
 
     # -- lifetime ---------------------------------------------------------------------
 

@@ -66,7 +66,6 @@ _KEY = re.compile(r"^(?P<key>[a-z_0-9]+):\s*(?P<value>.*?)\s*$")
 _ENUM = re.compile(r"^(?P<value>\S+)(?:\s+Gbps)?\s*\((?P<number>\d+)\)$")
 
 _MTU_BY_ENUM = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
-_WIDTH_BY_ENUM = {1: 1, 2: 4, 4: 8, 8: 12, 16: 2}
 # ibv_port_attr.active_speed enum -> speed class (libibverbs).
 _SPEED_BY_ENUM = {1: "SDR", 2: "DDR", 4: "QDR", 8: "FDR10", 16: "FDR", 32: "EDR", 64: "HDR", 128: "NDR", 256: "XDR"}
 
