@@ -13,7 +13,6 @@ See docs/checks.md (`port-state`).
 from __future__ import annotations
 
 from collections import Counter
-
 from collections.abc import Iterator, Mapping
 from typing import Any
 
