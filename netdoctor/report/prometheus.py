@@ -25,9 +25,8 @@ shadow findings fold separately under `shadow="true"`, since they are not graded
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from netdoctor.report.model import STATUS_SEVERITY, Report, Status
+from netdoctor.util import parse_iso_utc
 
 STATUS_VALUE = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.UNKNOWN: 3, Status.SKIP: -1}
 
@@ -49,7 +48,7 @@ def _number(value: float) -> str:
 
 def _timestamp(started_at: str) -> float | None:
     try:
-        return datetime.fromisoformat(started_at.replace("Z", "+00:00")).timestamp()
+        return parse_iso_utc(started_at).timestamp()
     except ValueError:
         return None
 
