@@ -13,6 +13,7 @@ import pytest
 
 from netdoctor.host.runner import run_commands
 from netdoctor.host.types import CommandSpec, CommandState
+from tests.process_util import gone
 
 FAKEBIN = Path(__file__).parent / "fakebin"
 # The fake tools are shell scripts that call sleep, head, tr, grep: keep the system PATH too.
@@ -28,18 +29,6 @@ def _grandchild_pid(stdout: str) -> int:
     return int(line.split()[1])
 
 
-def _gone(pid: int, within_s: float = 2.0) -> bool:
-    """Dead (or a zombie) within `within_s`: SIGKILL is delivered asynchronously."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
 
 
 def test_tools_run_concurrently() -> None:
@@ -74,7 +63,7 @@ def test_hung_tool_times_out_and_its_whole_group_dies() -> None:
     assert 0.45 < elapsed < 1.5
     # The partial output written before the timeout is kept.
     grandchild = _grandchild_pid(result.stdout)
-    assert _gone(grandchild), "the tool's grandchild survived the timeout"
+    assert gone(grandchild), "the tool's grandchild survived the timeout"
     assert "timed out after 0.5 s" in result.describe()
 
 
@@ -97,7 +86,7 @@ def test_tool_that_exits_leaving_a_pipe_holder_returns_at_once() -> None:
     result = _run(CommandSpec("straggler", ("straggler",), timeout_s=10))["straggler"]
     assert time.monotonic() - started < 2.0
     assert result.state is CommandState.OK
-    assert _gone(_grandchild_pid(result.stdout))
+    assert gone(_grandchild_pid(result.stdout))
 
 
 def test_output_flood_is_capped() -> None:
@@ -163,7 +152,7 @@ def test_no_process_group_survives_a_batch() -> None:
     results = _run(*(CommandSpec(f"hang-{index}", ("hang",), timeout_s=0.3) for index in range(4)))
     for result in results.values():
         assert result.state is CommandState.TIMEOUT
-        assert _gone(_grandchild_pid(result.stdout))
+        assert gone(_grandchild_pid(result.stdout))
     me = psutil.Process()
     assert [child for child in me.children(recursive=True) if child.status() != psutil.STATUS_ZOMBIE] == []
 
@@ -186,4 +175,4 @@ def test_keyboard_interrupt_kills_every_started_tool() -> None:
     assert time.monotonic() - started < 3.0
     # Two tools, each a sleep (the exec'd shell) and its background sleep: four processes, all gone.
     assert len(seen) == 4
-    assert all(_gone(process.pid) for process in seen)
+    assert all(gone(process.pid) for process in seen)

@@ -14,7 +14,6 @@ import types
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from netdoctor.host import runner
@@ -23,6 +22,7 @@ from netdoctor.probe.engine import (WorkerRun, assemble, collect_gpu_links, run_
                                     worker_environment)
 from netdoctor.probe.expectation import expected_busbw
 from tests.corpus_util import corpus_dir
+from tests.process_util import gone
 from tests.test_host_nvml import FakeGpu, FakeNvml, NVMLError_DriverNotLoaded
 
 DEVICE = Path(__file__).parent / "data" / "device" / "nvidia-h200-x2"
@@ -229,18 +229,6 @@ def test_gpu_links_without_nvml() -> None:
 
 # -- the worker's process group: registered, and killed even when the caller gives up ------
 
-def _gone(pid: int, within_s: float = 3.0) -> bool:
-    """Dead (or a zombie) within `within_s`: SIGKILL is delivered asynchronously."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
 
 
 def _stubborn_worker(path: Path, pids: Path) -> Path:
@@ -286,7 +274,7 @@ def test_worker_group_dies_with_netdoctor_when_the_caller_gave_up(tmp_path: Path
     assert completed.returncode == 0, completed.stderr
     assert "gave up waiting" in completed.stdout
     leader, child = (int(value) for value in pids.read_text().split())
-    assert _gone(leader) and _gone(child)
+    assert gone(leader, within_s=3.0) and gone(child, within_s=3.0)
 
 
 def test_worker_group_is_registered_while_it_runs_and_nothing_of_it_outlives_it(tmp_path: Path) -> None:
@@ -312,7 +300,7 @@ def test_worker_group_is_registered_while_it_runs_and_nothing_of_it_outlives_it(
     leader, child = (int(value) for value in pids.read_text().split())
     assert seen == [True]
     assert leader not in runner._LIVE_GROUPS._groups
-    assert _gone(child)        # the leader's straggler went with it
+    assert gone(child, within_s=3.0)        # the leader's straggler went with it
 
 
 # -- the localisation threshold comes from the caller's pass fraction -----------------------

@@ -122,7 +122,7 @@ class _Capped:
         return b"".join(self.parts).decode("utf-8", errors="replace")
 
 
-def _has_exited(pid: int) -> bool:
+def has_exited(pid: int) -> bool:
     """True once the child exited, WITHOUT reaping it: its pid (= group id) stays reserved
     until we have killed the rest of its group, so killpg cannot hit a recycled pid."""
     try:
@@ -220,7 +220,7 @@ def _pump(process: subprocess.Popen[bytes], stdout: _Capped, stderr: _Capped, en
         exited_at: float | None = None
         while True:
             now = time.monotonic()
-            if exited_at is None and _has_exited(process.pid):
+            if exited_at is None and has_exited(process.pid):
                 exited_at = now
                 # Stragglers of the tool's group may hold the pipes; they go with the tool.
                 _kill_group(process.pid)

@@ -28,7 +28,7 @@ import structlog
 
 from netdoctor.errors import ParseError
 from netdoctor.host.nvml import collect_nvml
-from netdoctor.host.runner import _has_exited, tracked_process_group
+from netdoctor.host.runner import has_exited, tracked_process_group
 from netdoctor.parsers.nccl import NcclLogFacts, parse_nccl_log, parse_nccl_tests
 from netdoctor.probe.expectation import GpuLinks, expected_busbw, nvlink_version_name
 
@@ -103,7 +103,7 @@ def _wait_exited(pid: int, timeout_s: float) -> bool:
     except (AttributeError, OSError):
         pidfd = None
     try:
-        while not _has_exited(pid):
+        while not has_exited(pid):
             left = end - time.monotonic()
             if left <= 0:
                 return False
