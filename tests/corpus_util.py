@@ -1,8 +1,7 @@
 """Locate the shared corpus of captured tool outputs, and read the archives it holds.
 
-CI lays the repository out with `shared/` beside it, so the corpus is
-`<repo>/../shared/corpus`. Tests that need it are skipped, with the path in the reason,
-when it is absent.
+The corpus lives in the repository at `tests/data/corpus/` (copied from the project's
+shared corpus, with its PROVENANCE.tsv), so a plain clone tests everything.
 """
 
 from __future__ import annotations
@@ -10,25 +9,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS = Path(__file__).resolve().parent / "data" / "corpus"
 
 
 def corpus_dir(kind: str | None = None) -> Path:
-    """The corpus folder (or one kind's folder); skips the calling test if it is absent."""
+    """The corpus folder (or one kind's folder); a missing one is a broken checkout, not a skip."""
     path = CORPUS / kind if kind else CORPUS
-    if not path.is_dir():
-        pytest.skip(f"corpus not found at {path} (expected shared/corpus beside the repository)")
+    assert path.is_dir(), f"corpus folder missing: {path}"
     return path
 
 
 def corpus_files(kind: str) -> list[Path]:
-    """Plain files of one corpus kind, sorted; empty (not a skip) when the corpus is absent,
-    so it can be used in `parametrize` at collection time."""
-    path = CORPUS / kind
-    if not path.is_dir():
-        return []
+    """Plain files of one corpus kind, sorted (for `parametrize` at collection time)."""
+    path = corpus_dir(kind)
     return sorted(entry for entry in path.iterdir() if entry.is_file())
 
 

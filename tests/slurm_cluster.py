@@ -1,6 +1,6 @@
 """A real single-host SLURM cluster for tests: private munged, slurmctld, N slurmd "nodes".
 
-Follows /work/shared/research/slurm-pdsh-local.md: everything lives under one
+Follows the project research notes on a single-host SLURM (slurm-pdsh-local.md): everything lives under one
 directory, all daemons run as root, munge is private (`--force`, own socket and key),
 each node n1..nN is its own slurmd on its own port, proctrack/linuxproc, no cgroups.
 `cred_expire=10` and a 1-2 s scheduler keep a requeued job's delay near 11 s instead of

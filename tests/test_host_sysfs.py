@@ -10,7 +10,7 @@ import pytest
 from netdoctor.errors import SnapshotError
 from netdoctor.host.sysfs import MAX_READ_BYTES, RootedSysTree, UnsafePathError
 
-GPUD_SYSFS = Path("/work/shared/corpus/sysfs/leptonai-gpud__sys-class-infiniband-h100.0")
+GPUD_SYSFS = Path(__file__).resolve().parent / "data" / "corpus" / "sysfs" / "leptonai-gpud__sys-class-infiniband-h100.0"
 
 
 def _tree(root: Path) -> Path:
@@ -132,7 +132,6 @@ def test_fifo_and_unreadable_and_huge_files(tmp_path: Path) -> None:
     assert tree.read("binary") == "\ufffd\ufffd ok"
 
 
-@pytest.mark.skipif(not GPUD_SYSFS.is_dir(), reason="shared corpus not present")
 def test_gpud_fixture_without_trailing_newlines() -> None:
     tree = RootedSysTree(GPUD_SYSFS)
     assert tree.listdir("")[:2] == ["mlx5_0", "mlx5_1"]

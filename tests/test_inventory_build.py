@@ -14,9 +14,8 @@ from netdoctor.inventory.model import LinkLayer, PhysState, PortState, SourceSta
 from netdoctor.inventory.render import inventory_to_json, render_inventory_text
 
 NODES = Path(__file__).parent / "fixtures" / "nodes"
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+from corpus_util import CORPUS
 
-needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"corpus not found at {CORPUS}")
 
 
 def _snapshot(root: Path, commands: dict[str, tuple[str, str]] | None = None, host: str = "node001") -> Path:
@@ -36,7 +35,6 @@ def _build(path: Path):
         return build_inventory(source)
 
 
-@needs_corpus
 def test_ibstat_alone_names_hcas_and_ports(tmp_path: Path) -> None:
     text = (CORPUS / "ibstat" / "leptonai-gpud__ibstat.47.0.h100.all.active.2.txt").read_text()
     inventory = _build(_snapshot(tmp_path / "snap", {"ibstat": ("0", text)}))
@@ -54,7 +52,6 @@ def test_ibstat_alone_names_hcas_and_ports(tmp_path: Path) -> None:
     assert "mlx5_bond_0" in text_view and "no NVIDIA GPUs" in text_view
 
 
-@needs_corpus
 def test_topology_alone_names_gpus_and_nics(tmp_path: Path) -> None:
     text = (CORPUS / "nvidia-smi-topo" / "dw-flyingw-GLM-5.2-FP8__topo.txt").read_text()
     inventory = _build(_snapshot(tmp_path / "snap", {"nvidia-smi-topo-m": ("0", text)}))
@@ -65,7 +62,6 @@ def test_topology_alone_names_gpus_and_nics(tmp_path: Path) -> None:
     assert inventory.source("nvml").state is SourceState.MISSING
 
 
-@needs_corpus
 def test_ibstat_with_trailing_ibpanic_is_used_but_flagged(tmp_path: Path) -> None:
     text = (CORPUS / "ibstat" / "leptonai-gpud__ibstat.39.0.a100.failed.ibpanic.exit-255.0.txt").read_text()
     inventory = _build(_snapshot(tmp_path / "snap", {"ibstat": ("255", text)}))
@@ -122,7 +118,6 @@ def test_node_without_gpus_or_rdma_says_what_it_did_not_find(tmp_path: Path) -> 
     assert "no NVIDIA GPUs" in text and "no RDMA devices" in text
 
 
-@needs_corpus
 def test_gpud_sysfs_tree_without_device_links(tmp_path: Path) -> None:
     snapshot = _snapshot(tmp_path / "snap")
     shutil.copytree(CORPUS / "sysfs" / "leptonai-gpud__sys-class-infiniband-h100.0", snapshot / "sys" / "class" / "infiniband")
