@@ -56,8 +56,8 @@ def check(check_id: str, description: str, needs: tuple[str, ...] = (),
     """
 
     def mark(function: Callable[..., Any]) -> Callable[..., Any]:
-        function.__netdoctor_check__ = Check(check_id, description, function, tuple(needs),  # type: ignore[attr-defined]
-                                             origin=function.__module__, order=order)
+        declared = Check(check_id, description, function, tuple(needs), origin=function.__module__, order=order)
+        function.__netdoctor_check__ = declared  # type: ignore[attr-defined]
         return function
 
     return mark
