@@ -181,7 +181,8 @@ def dgx_topology(override: Mapping[tuple[str, str], str] | None = None, nic_coun
 def dgx_h100(*, storage: str | None = "bluefield", host: str = "node017", gpus: Iterable[Gpu] | None = None,
              hcas: Iterable[Hca] | None = None, topology: Topology | None | str = "default",
              peer_memory: PeerMemory | None = None) -> Inventory:
-    """A DGX H100 (see the module docstring); `hcas` replaces the rails and the storage NIC."""
+    """A DGX H100 (see the module docstring). `hcas` replaces the rails and the storage NIC;
+    `storage` still names NIC8 of the default matrix (mlx5_bond_0, else mlx5_8)."""
     gpu_list = list(gpus) if gpus is not None else h100_gpus()
     if hcas is not None:
         hca_list = list(hcas)
