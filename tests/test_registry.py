@@ -58,6 +58,24 @@ def test_check_decorator_carries_the_order() -> None:
         return []
 
     assert ordered.__netdoctor_check__.order == 5  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="order must be an integer"):
+        Check("bad-order", "x", _noop, order="10")  # type: ignore[arg-type]
+
+
+def test_a_plugin_file_with_a_bad_order_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    directory = tmp_path / "plugins"
+    directory.mkdir()
+    (directory / "bad.py").write_text(textwrap.dedent("""
+        from netdoctor.checks import check
+
+        @check("bad-order", "x", order="first")
+        def run(ctx):
+            return []
+    """))
+    registry = Registry()
+    registry.load_directory(directory, enforce_ownership=False)
+    assert registry.ids() == []
+    assert "order must be an integer" in registry.problems[0].message
 
 
 def test_builtin_plugins_load_and_are_in_order() -> None:

@@ -46,6 +46,8 @@ class Check:
         unknown = [need for need in self.needs if need not in NEEDS]
         if unknown:
             raise ValueError(f"check {self.id!r} declares unknown needs {unknown}; known: {sorted(NEEDS)}")
+        if self.order is not None and (isinstance(self.order, bool) or not isinstance(self.order, int)):
+            raise ValueError(f"check {self.id!r}: order must be an integer, not {self.order!r}")
 
 
 def check(check_id: str, description: str, needs: tuple[str, ...] = (),
