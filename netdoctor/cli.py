@@ -262,7 +262,7 @@ def show_rules(
     """Show the rule pack in force (auto-selected or --rules), after site overrides."""
     import time
 
-    from netdoctor.checks.rules import load_rules
+    from netdoctor.packs import load_rules, pack_toml
 
     inventory = None
     if rules is None:
@@ -273,7 +273,7 @@ def show_rules(
         with open_source(snapshot) as source:
             inventory = discover_node(source, deadline=time.monotonic() + budget_s)
     pack = load_rules(rules, inventory)
-    sys.stdout.write(pack.to_toml().rstrip("\n") + "\n")
+    sys.stdout.write(pack_toml(pack).rstrip("\n") + "\n")
     return 0
 
 

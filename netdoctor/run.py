@@ -176,7 +176,7 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
             log.warning("discovery timed out", deadline_s=round(discovery_s, 2))
             return _undiscovered_report(node.host, started_at, start, options, registry,
                                         f"{error} ({discovery_s:.1f} s)")
-        from netdoctor.checks.rules import load_rules
+        from netdoctor.packs import load_rules
 
         pack = load_rules(options.rules, inventory, env=environment)
         history = None

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
-from netdoctor.checks.rules import PortClass, classified_ports, unavailable_reason, virtual_function_note
 from netdoctor.inventory.model import Hca, LinkLayer, Port
+from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
+from netdoctor.packs import PortClass
 
 HW_PREFIX = "hw_counters/"   # how netdoctor.checks.state keys hw counters in the history
 PHYSICAL_REMEDY = ("physical-layer errors: reseat or replace the cable/transceiver, check `mlxlink -d {hca} -m` "
@@ -109,17 +110,17 @@ def _saturated_finding(ctx: CheckContext, hca: Hca, port: Port, saturated: list[
 
 def _growth_limit(ctx: CheckContext, spec: CounterSpec, port: Port, elapsed_s: float) -> tuple[float, str, str] | None:
     """(allowed increase over elapsed_s, how the limit reads, rule) or None when growth cannot be judged."""
-    minimum_interval = float(ctx.rule("rate_min_interval_s", 60))
+    minimum_interval = float(ctx.rule("rate_min_interval_s"))
     if spec.name == "symbol_error":
         if not port.is_active or port.rate is None or port.rate.gbps is None or elapsed_s < minimum_interval:
             return None
-        ber_limit = float(ctx.rule("ber_limit", 1e-12))
+        ber_limit = float(ctx.rule("ber_limit"))
         # Each symbol error is at least one bit error, so errors/s <= rate_bps x BER holds on a good link.
         per_second = port.rate.gbps * 1e9 * ber_limit
         return (per_second * elapsed_s,
                 f"BER {ber_limit:g} at {port.rate.gbps:g} Gb/s allows {_rate(per_second * 3600)}/h",
                 "symbol_error_rate")
-    per_hour = float(ctx.rule(f"{spec.name}_per_hour", 0))
+    per_hour = float(ctx.rule(f"{spec.name}_per_hour"))
     if per_hour <= 0:
         return 0.0, "limit: any increase", spec.name
     if elapsed_s < minimum_interval:
@@ -128,8 +129,7 @@ def _growth_limit(ctx: CheckContext, spec: CounterSpec, port: Port, elapsed_s: f
 
 
 def _severity(ctx: CheckContext, rule: str) -> str:
-    return str(ctx.rule(f"{rule}_severity", "fail" if rule in ("symbol_error_rate", "link_downed",
-                                                                 "link_error_recovery") else "warn"))
+    return str(ctx.rule(f"{rule}_severity"))
 
 
 def _judge_counter(ctx: CheckContext, hca: Hca, port: Port, spec: CounterSpec, value: int,
@@ -176,10 +176,10 @@ def _judge_counter(ctx: CheckContext, hca: Hca, port: Port, spec: CounterSpec, v
         return
     if not absolute:
         return
-    threshold = int(ctx.rule(f"{spec.name}_absolute", 10))
+    threshold = int(ctx.rule(f"{spec.name}_absolute"))
     if value > threshold:
         out.findings.append(ctx.graded(
-            str(ctx.rule("absolute_severity", "warn")), port.name,
+            str(ctx.rule("absolute_severity")), port.name,
             f"{spec.name} is {value} (above {threshold}), with no rate to judge ({no_history}): {spec.meaning}",
             evidence={"counter": spec.name, "value": value, "absolute_limit": threshold},
             remedy=f"run netdoctor again later to measure growth; if it grows: {remedy}",
@@ -197,16 +197,16 @@ def _judge_xmit_wait(ctx: CheckContext, port: Port, previous: Mapping[str, int |
         return
     per_second = (value - before) / elapsed_s
     out.evidence["port_xmit_wait_per_second"] = round(per_second, 1)
-    if not ctx.rule("port_xmit_wait_judge", False):
+    if not ctx.rule("port_xmit_wait_judge"):
         return
     if value >= XMIT_WAIT.maximum:
         out.findings.append(ctx.unknown(port.name, f"counter saturated: port_xmit_wait stuck at {XMIT_WAIT.maximum}",
                                         evidence={"counter": "port_xmit_wait", "value": value}))
         return
-    limit = float(ctx.rule("port_xmit_wait_per_second", 1_000_000))
-    if per_second > limit and elapsed_s >= float(ctx.rule("rate_min_interval_s", 60)):
+    limit = float(ctx.rule("port_xmit_wait_per_second"))
+    if per_second > limit and elapsed_s >= float(ctx.rule("rate_min_interval_s")):
         out.findings.append(ctx.graded(
-            str(ctx.rule("port_xmit_wait_severity", "warn")), port.name,
+            str(ctx.rule("port_xmit_wait_severity")), port.name,
             f"port_xmit_wait grew {per_second:.0f}/s over {_duration(elapsed_s)} (limit {limit:g}/s): "
             "the port is often blocked by congestion", evidence={"counter": "port_xmit_wait",
                                                                  "per_second": round(per_second, 1)},
@@ -218,7 +218,7 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port) -> list[Finding]:
     history = ctx.history
     previous = history.ports.get(port.name) if history is not None else None
     elapsed_s = history.elapsed_s if history is not None and previous is not None else None
-    max_age_s = float(ctx.rule("history_max_age_s", 86400))
+    max_age_s = float(ctx.rule("history_max_age_s"))
     if history is None:
         no_history = "there is no earlier reading"
     elif previous is None:
@@ -295,9 +295,9 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port) -> list[Finding]:
 
 
 @check("error-counters", "port error counters by growth since the last run (as rates) and by absolute level",
-       needs=("rdma", "counters"))
+       needs=("rdma", "counters"), order=40)
 def error_counters(ctx: CheckContext) -> Iterator[Finding]:
-    for hca, port, port_class in classified_ports(ctx.inventory, ctx.rules):
+    for hca, port, port_class in ctx.pack.classified_ports(ctx.inventory):
         through_pf = virtual_function_note(ctx.inventory, hca)
         if through_pf is not None:
             # A VF shares the PF's physical link: physical-layer errors are counted on the PF's port.

@@ -20,7 +20,8 @@ UNBOUND_REMEDY = ("look for Xid 79 (fallen off the bus) or NVRM probe errors in 
                   "(driver in use); power-cycle the node; reseat or replace the GPU if it recurs")
 
 
-@check("gpu-driver", "every NVIDIA GPU on the PCI bus is visible to the driver (NVML answers for it)")
+@check("gpu-driver", "every NVIDIA GPU on the PCI bus is visible to the driver (NVML answers for it)",
+       order=100)
 def gpu_driver(ctx: CheckContext) -> Iterator[Finding]:
     inventory = ctx.inventory
     nvml = inventory.source("nvml")
@@ -40,7 +41,7 @@ def gpu_driver(ctx: CheckContext) -> Iterator[Finding]:
                               remedy="install nvidia-ml-py where netdoctor runs, and make the driver's libnvidia-ml.so "
                                      "visible to it (in containers: the NVIDIA container runtime)")
             return
-        yield ctx.graded(str(ctx.rule("driver_unusable_severity", "fail")), "node",
+        yield ctx.graded(str(ctx.rule("driver_unusable_severity")), "node",
                          f"{len(on_bus or {})} NVIDIA GPU(s) on the PCI bus, but the driver does not answer: {nvml.reason()}",
                          evidence={"pci_gpus": sorted(on_bus or {}), "nvml": nvml.detail},
                          remedy=DRIVER_REMEDY, rule="driver_unusable_severity")
@@ -51,7 +52,7 @@ def gpu_driver(ctx: CheckContext) -> Iterator[Finding]:
     if on_bus is None:
         return
     for address in sorted(set(on_bus) - seen):
-        yield ctx.graded(str(ctx.rule("gpu_not_visible_severity", "fail")), address,
+        yield ctx.graded(str(ctx.rule("gpu_not_visible_severity")), address,
                          f"NVIDIA GPU at {address} is on the PCI bus but NVML does not list it "
                          f"({len(nvml_gpus)} of {len(on_bus)} GPUs visible)",
                          evidence={"pci_address": address, "pci_device_id": on_bus[address],

@@ -19,9 +19,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, check
-from netdoctor.checks.rules import pack_of, role_of, virtual_function_note
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Gpu, Hca, Inventory, Port, Topology
+from netdoctor.inventory.queries import virtual_function_note
+from netdoctor.packs import role_of
 from netdoctor.util import natural_key
 
 CHECK_ID = "gpu-nic-affinity"
@@ -35,7 +36,7 @@ CROSS_SOCKET_REMEDY = ("the GPU's nearest compute NIC is missing or placed behin
 
 
 def _expected_rank(ctx: CheckContext) -> int:
-    level = ctx.rule("expected_level", "NODE")
+    level = ctx.rule("expected_level")
     if level not in RANK:
         raise RulesError(f"[{CHECK_ID}] expected_level = {level!r}: expected one of {', '.join(LEVELS)}")
     return RANK[level]
@@ -46,14 +47,12 @@ def _port_roles(ctx: CheckContext, port: Port, hca: Hca) -> set[str]:
     compute), and the role it would have where its class asks for GPU proximity: a rail NIC
     moved away from its GPU loses the `near_gpu` compute class, and this check must still
     judge it as the rail it is (across the socket: fail)."""
-    pack = pack_of(ctx.rules)
-    if pack is None:
-        return {"compute"}
+    pack = ctx.pack
     return {role_of(pack.port_class(port, hca, ctx.inventory)), role_of(pack.port_class_ignoring_placement(port, hca))}
 
 
 def compute_hcas(ctx: CheckContext) -> dict[str, Hca]:
-    roles = set(ctx.rule("compute_roles", ["compute"]))
+    roles = set(ctx.rule("compute_roles"))
     selected: dict[str, Hca] = {}
     rdma_listed = ctx.inventory.source("sysfs").usable
     for hca in ctx.inventory.hcas:
@@ -133,7 +132,7 @@ def _placement_finding(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], r
             evidence.update(rail_nic=None, shared_with=holders)
             nics = ", ".join(nearest)
             return ctx.graded(
-                ctx.severity("shared_rail_severity", "warn"), gpu.label,
+                ctx.severity("shared_rail_severity"), gpu.label,
                 f"{gpu.label} has no rail NIC of its own: its nearest "
                 f"{'NICs ' + nics + ' are' if len(nearest) > 1 else 'NIC ' + nics + ' is'} already the rail of "
                 f"{', '.join(holders)}", evidence=evidence, rule="one_rail_per_gpu",
@@ -150,11 +149,11 @@ def _placement_finding(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], r
     else:
         rank = best
     if rank == RANK["SYS"]:
-        return ctx.graded(ctx.severity("cross_socket_severity", "fail"), gpu.label,
+        return ctx.graded(ctx.severity("cross_socket_severity"), gpu.label,
                           f"{where} is across the CPU socket{taken_note}", evidence=evidence,
                           remedy=CROSS_SOCKET_REMEDY, rule="cross_socket_severity")
     if rank > expected_rank:
-        return ctx.graded(ctx.severity("above_expected_severity", "warn"), gpu.label,
+        return ctx.graded(ctx.severity("above_expected_severity"), gpu.label,
                           f"{where}, expected {LEVELS[expected_rank]} or closer{taken_note}", evidence=evidence,
                           remedy=CROSS_SOCKET_REMEDY, rule="expected_level")
     numa_text = f", NUMA node {gpu.numa_node}" if gpu.numa_node is not None else ""
@@ -184,13 +183,13 @@ def _numa_finding(ctx: CheckContext, gpu: Gpu, hcas: Mapping[str, Hca], problem:
         return ctx.unknown(gpu.label, f"no compute NIC known on NUMA node {gpu.numa_node} of {gpu.label}, and the "
                            f"NUMA node of some NICs is unknown ({problem})", evidence=evidence)
     placed = ", ".join(f"{name} on node {numa}" for name, numa in nic_numa.items())
-    return ctx.graded(ctx.severity("numa_mismatch_severity", "fail"), gpu.label,
+    return ctx.graded(ctx.severity("numa_mismatch_severity"), gpu.label,
                       f"no compute NIC on NUMA node {gpu.numa_node} of {gpu.label} ({placed})",
                       evidence=evidence, remedy=CROSS_SOCKET_REMEDY, rule="numa_mismatch_severity")
 
 
 @check(CHECK_ID, "each GPU has a compute NIC on its own PCIe switch / NUMA node; rails are not crossed or shared",
-       needs=("gpus", "rdma"))
+       needs=("gpus", "rdma"), order=80)
 def gpu_nic_affinity(ctx: CheckContext) -> Iterator[Finding]:
     inventory = ctx.inventory
     if not inventory.gpus or not inventory.hcas:
@@ -201,7 +200,7 @@ def gpu_nic_affinity(ctx: CheckContext) -> Iterator[Finding]:
         yield ctx.skip("node", "no compute-role RDMA NICs (all are classed storage, management or unused)")
         return
     expected_level = LEVELS[_expected_rank(ctx)]
-    one_rail = bool(ctx.rule("one_rail_per_gpu", False))
+    one_rail = bool(ctx.rule("one_rail_per_gpu"))
     problem = _topology_problem(inventory)
     if problem is not None:
         undecided: list[str] = []

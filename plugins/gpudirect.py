@@ -26,7 +26,7 @@ REMEDY = ("modprobe nvidia-peermem (after the NVIDIA driver and the RDMA stack a
 
 
 @check(CHECK_ID, "GPUDirect RDMA readiness: nvidia_peermem (or nv_peer_mem) loaded, or a DMA-BUF path on every GPU",
-       needs=("gpus", "rdma"))
+       needs=("gpus", "rdma"), order=70)
 def gpudirect(ctx: CheckContext) -> Iterator[Finding]:
     inventory = ctx.inventory
     if not inventory.hcas:
@@ -46,7 +46,7 @@ def gpudirect(ctx: CheckContext) -> Iterator[Finding]:
     if loaded:
         yield ctx.passed("node", f"{loaded[0]} is loaded (peer-memory GPUDirect RDMA)", evidence=evidence)
         return
-    accept_dmabuf = bool(ctx.rule("accept_dmabuf", True))
+    accept_dmabuf = bool(ctx.rule("accept_dmabuf"))
     without = sorted((label for label, state in dmabuf.items() if state is False), key=_gpu_order)
     unknown = sorted((label for label, state in dmabuf.items() if state is None), key=_gpu_order)
     peer_known_absent = peer.nvidia_peermem is False and peer.nv_peer_mem is not True
@@ -73,7 +73,7 @@ def gpudirect(ctx: CheckContext) -> Iterator[Finding]:
     # Only unknown DMA-BUF support is left: the pack decides whether that is a failure.
     summary = (f"nvidia_peermem is not loaded and DMA-BUF support is unknown on {', '.join(unknown)} "
                f"({inventory.source('nvml').reason()})")
-    if ctx.rule("fail_when_dmabuf_unknown", False):
+    if ctx.rule("fail_when_dmabuf_unknown"):
         yield ctx.fail("node", summary, evidence=evidence, remedy=REMEDY, rule="fail_when_dmabuf_unknown")
     else:
         yield ctx.unknown("node", summary, evidence=evidence, remedy=REMEDY)

@@ -16,14 +16,9 @@ from dataclasses import dataclass
 
 from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.checks.api import majority
-from netdoctor.checks.rules import (
-    PortClass,
-    class_evidence,
-    classified_ports,
-    unavailable_reason,
-    virtual_function_note,
-)
 from netdoctor.inventory.model import Hca, LinkLayer, LinkRate, Port
+from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
+from netdoctor.packs import PortClass
 
 RATE_SOURCES = ("sysfs", "ibstat", "ibv_devinfo-v")
 
@@ -66,7 +61,7 @@ def _expectation(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass 
     bases = []
     if gbps is not None or width is not None:
         bases.append(f"port class '{port_class.name}'" if port_class else "")
-    if (gbps is None or width is None) and ctx.rule("compare_with_peers", True) and hca.ca_type:
+    if (gbps is None or width is None) and ctx.rule("compare_with_peers") and hca.ca_type:
         # Only ports of the same class are peers: a storage port at NDR200 on the same
         # ConnectX-7 type as the NDR rails is not a degraded rail.
         same = [other for other_hca, other, other_class in peers
@@ -115,7 +110,7 @@ def _judge(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None
     expected = _expectation(ctx, hca, port, port_class, peers)
     evidence: dict[str, object] = {
         "rate_gbps": rate.gbps, "width": rate.width, "speed": rate.speed, "lane_gbps": rate.lane_gbps,
-        **class_evidence(ctx.inventory, hca, port_class, ctx.rules),
+        **ctx.pack.class_evidence(ctx.inventory, hca, port_class),
     }
     slower: list[str] = []
     faster: list[str] = []
@@ -132,7 +127,7 @@ def _judge(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None
             remedies.insert(0, width_remedy(hca))
         elif expected.width is not None and rate.width is not None and rate.width > expected.width:
             faster.append("width")
-    hint = _could_be_problem(hca, port) if ctx.rule("use_could_be", True) else None
+    hint = _could_be_problem(hca, port) if ctx.rule("use_could_be") else None
     if port.could_be is not None:
         evidence["could_be"] = port.could_be.describe()
 
@@ -145,10 +140,10 @@ def _judge(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None
             wanted.append(hint[0])
             if not remedies:
                 remedies.append(hint[1])
-        return ctx.graded(ctx.rule("degraded_severity", "fail"), port.name, f"{runs}, {'; '.join(wanted)}",
+        return ctx.graded(ctx.rule("degraded_severity"), port.name, f"{runs}, {'; '.join(wanted)}",
                           evidence=evidence, remedy="; ".join(remedies), rule="degraded")
     if faster and expected is not None:
-        return ctx.graded(ctx.rule("faster_severity", "warn"), port.name,
+        return ctx.graded(ctx.rule("faster_severity"), port.name,
                           f"{runs}, faster than expected {_describe(expected.gbps, expected.width, port.link_layer)} "
                           f"({expected.basis})", evidence=evidence, rule="faster",
                           remedy="if the port class is out of date, update expected_rate_gbps/expected_width "
@@ -161,9 +156,9 @@ def _judge(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None
 
 
 @check("link-speed", "each active RDMA port's rate and width against the pack, its peers and iblinkinfo",
-       needs=("rdma",))
+       needs=("rdma",), order=20)
 def link_speed(ctx: CheckContext) -> Iterator[Finding]:
-    ports = classified_ports(ctx.inventory, ctx.rules)
+    ports = ctx.pack.classified_ports(ctx.inventory)
     judged = [(hca, port, port_class) for hca, port, port_class in ports
               if virtual_function_note(ctx.inventory, hca) is None]
     peers = [(hca, port, port_class) for hca, port, port_class in judged

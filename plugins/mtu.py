@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.checks.api import majority
-from netdoctor.checks.rules import PortClass, classified_ports, unavailable_reason, virtual_function_note
 from netdoctor.inventory.model import Hca, LinkLayer, Netdev, Port
+from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
+from netdoctor.packs import PortClass
 
 NETDEV_SOURCES = ("sysfs", "ibdev2netdev")
 
@@ -39,7 +40,7 @@ def _class_name(port_class: PortClass | None) -> str:
 
 
 def _ib_port(ctx: CheckContext, hca: Hca, port: Port) -> Finding:
-    expected = int(ctx.rule("ib_mtu", 4096))
+    expected = int(ctx.rule("ib_mtu"))
     evidence = {"active_mtu": port.active_mtu, "max_mtu": port.max_mtu, "expected_mtu": expected}
     if port.active_mtu is None:
         return ctx.unknown(port.name, "IB active MTU unknown: " + unavailable_reason(ctx.inventory, "ibv_devinfo-v"),
@@ -51,7 +52,7 @@ def _ib_port(ctx: CheckContext, hca: Hca, port: Port) -> Finding:
         else:
             remedy = ("the subnet manager or switch caps the MTU: set the partition MTU to 4096 (mtu=5 in "
                       "opensm partitions.conf, or the UFM PKey MTU) and check the switch port's MTU cap")
-        return ctx.graded(ctx.rule("ib_mtu_severity", "warn"), port.name,
+        return ctx.graded(ctx.rule("ib_mtu_severity"), port.name,
                           f"IB active MTU is {port.active_mtu}, expected {expected}", evidence=evidence,
                           remedy=remedy, rule="ib_mtu")
     return ctx.passed(port.name, f"IB active MTU {port.active_mtu}", evidence=evidence)
@@ -60,7 +61,7 @@ def _ib_port(ctx: CheckContext, hca: Hca, port: Port) -> Finding:
 def _netdev(ctx: CheckContext, netdev: Netdev, port: Port | None, kind: str) -> Finding:
     roce = kind == "RoCE"
     key = "roce" if roce else "ipoib"
-    minimum = int(ctx.rule(f"{key}_min_mtu", 4200 if roce else 2044))
+    minimum = int(ctx.rule(f"{key}_min_mtu"))
     evidence = {"mtu": netdev.mtu, "minimum_mtu": minimum, "kind": kind,
                 "rdma_port": port.name if port else netdev.rdma_port}
     if netdev.mtu is None:
@@ -76,7 +77,7 @@ def _netdev(ctx: CheckContext, netdev: Netdev, port: Port | None, kind: str) -> 
             summary = f"IPoIB netdev MTU is {netdev.mtu}, below {minimum}"
             remedy = ("datagram mode allows IB MTU - 4 (4092 on a 4K IB MTU, if the SM's broadcast group is 4K); "
                       "connected mode up to 65520: set it in the interface config")
-        return ctx.graded(ctx.rule(f"{key}_mtu_severity", "warn"), netdev.name, summary, evidence=evidence,
+        return ctx.graded(ctx.rule(f"{key}_mtu_severity"), netdev.name, summary, evidence=evidence,
                           remedy=remedy, rule=f"{key}_mtu")
     return ctx.passed(netdev.name, f"{kind} netdev MTU {netdev.mtu}", evidence=evidence)
 
@@ -85,7 +86,7 @@ def _judge_all(ctx: CheckContext) -> list[Judged]:
     judged: list[Judged] = []
     seen_netdevs: set[str] = set()
     port_classes: dict[str, tuple[Hca, Port, PortClass | None]] = {}
-    for hca, port, port_class in classified_ports(ctx.inventory, ctx.rules):
+    for hca, port, port_class in ctx.pack.classified_ports(ctx.inventory):
         port_classes[port.name] = (hca, port, port_class)
         group_class = _class_name(port_class)
         through_pf = virtual_function_note(ctx.inventory, hca)
@@ -162,7 +163,7 @@ def _consistency(ctx: CheckContext, judged: list[Judged]) -> None:
                 continue
             old = item.finding
             item.finding = ctx.graded(
-                ctx.rule("consistent_mtu_severity", "warn"), old.subject,
+                ctx.rule("consistent_mtu_severity"), old.subject,
                 f"{kind} {item.value} differs from the {norm} of the other {counts[norm]} "
                 f"of port class '{class_name}'",
                 evidence={**old.evidence, "majority_mtu": norm, "mtus": {str(value): count for value, count
@@ -171,7 +172,7 @@ def _consistency(ctx: CheckContext, judged: list[Judged]) -> None:
                 rule="consistent_mtu")
 
 
-@check("mtu", "IB active MTU of each IB port, and the MTU of RoCE and IPoIB netdevs", needs=("rdma",))
+@check("mtu", "IB active MTU of each IB port, and the MTU of RoCE and IPoIB netdevs", needs=("rdma",), order=50)
 def mtu(ctx: CheckContext) -> Iterator[Finding]:
     judged = _judge_all(ctx)
     _consistency(ctx, judged)

@@ -39,8 +39,8 @@ _SKIP_REMEDY = {"no-nccl": "install NCCL: `pip install netdoctor[probe]` or the 
 
 
 
-def _fraction_rule(ctx: CheckContext, key: str, default: float) -> float:
-    value = ctx.rule(key, default)
+def _fraction_rule(ctx: CheckContext, key: str) -> float:
+    value = ctx.rule(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 2:
         raise RulesError(f"[{CHECK_ID}] {key} = {value!r}: expected a fraction in (0, 2]")
     return float(value)
@@ -88,7 +88,7 @@ def gpu_links(probe: Mapping[str, Any], inventory: Inventory) -> list[GpuLinks]:
 
 
 @check(CHECK_ID, "a short NCCL all-reduce over the local GPUs: bus bandwidth against the expected level",
-       needs=("gpus", "probe"))
+       needs=("gpus", "probe"), order=90)
 def nccl_probe(ctx: CheckContext) -> Iterator[Finding]:
     # The needs gate (need_probe) has already turned "not run" (None, {"skipped": why}) and
     # "no result" ({"error": why}) into this check's one finding: here `probe` is a result.
@@ -114,11 +114,11 @@ def nccl_probe(ctx: CheckContext) -> Iterator[Finding]:
                           remedy=BUDGET_REMEDY)
         return
     if status == "timeout":
-        yield ctx.graded(ctx.severity("timeout_status", "fail"), "node", reason if reason.startswith("probe timed out") else f"probe timed out: {reason}",
+        yield ctx.graded(ctx.severity("timeout_status"), "node", reason if reason.startswith("probe timed out") else f"probe timed out: {reason}",
                          evidence=base, remedy=TIMEOUT_REMEDY, rule="timeout_status")
         return
     if status == "wrong-result":
-        yield ctx.graded(ctx.severity("wrong_result_status", "fail"), "node",
+        yield ctx.graded(ctx.severity("wrong_result_status"), "node",
                          f"all-reduce result is wrong: {reason}", evidence={**base, "sizes": probe.get("sizes")},
                          remedy=WRONG_REMEDY, rule="wrong_result_status")
         return
@@ -145,14 +145,14 @@ def _judge_bandwidth(ctx: CheckContext, probe: Mapping[str, Any], base: dict[str
                                 "time_us": largest.get("time_us"), "transport": transport.get("kind"),
                                 "channels": transport.get("channels"), "gdr": transport.get("gdr"),
                                 "sizes": sizes}
-    min_bytes = int(ctx.rule("min_judged_bytes", 64 << 20))
+    min_bytes = int(ctx.rule("min_judged_bytes"))
     if largest["bytes"] < min_bytes:
         yield ctx.unknown("node", f"largest message ({size_text(largest['bytes'])}) is below "
                           f"{size_text(min_bytes)}: too small to judge bandwidth", evidence=evidence,
                           rule="min_judged_bytes")
         return
     links = gpu_links(probe, ctx.inventory)
-    override = ctx.rule("expected_busbw_gbps", 0)
+    override = ctx.rule("expected_busbw_gbps")
     expectation = expected_busbw(links, int(largest["bytes"]))
     expected = float(override) if override else expectation.busbw_gbps
     reasoning = f"pack sets expected_busbw_gbps = {override}" if override else expectation.reasoning
@@ -160,8 +160,8 @@ def _judge_bandwidth(ctx: CheckContext, probe: Mapping[str, Any], base: dict[str
     if expected is None:
         yield ctx.unknown("node", f"busbw {busbw:.1f} GB/s; no expected level: {reasoning}", evidence=evidence)
         return
-    pass_fraction = _fraction_rule(ctx, "pass_fraction", 0.8)
-    warn_fraction = _fraction_rule(ctx, "warn_fraction", 0.5)
+    pass_fraction = _fraction_rule(ctx, "pass_fraction")
+    warn_fraction = _fraction_rule(ctx, "warn_fraction")
     fraction = busbw / expected if expected > 0 else 0.0
     evidence["fraction"] = round(fraction, 3)
     carried = transport.get("kind") or "unknown transport"
@@ -177,7 +177,7 @@ def _judge_bandwidth(ctx: CheckContext, probe: Mapping[str, Any], base: dict[str
     # NVLink present but NCCL not using it (P2P disabled, ACS, a broken link): say so even
     # when the bandwidth still passes, since the node is not running as built.
     if expectation.interconnect == "NVLink" and transport.get("kind") not in (None, "P2P/NVLink"):
-        mismatch = ctx.severity("transport_mismatch_status", "warn")
+        mismatch = ctx.severity("transport_mismatch_status")
         sentence += f"; the GPUs have NVLink but NCCL used {carried}"
         if STATUS_SEVERITY[mismatch] > STATUS_SEVERITY[status]:
             status, rule = mismatch, "transport_mismatch_status"
@@ -191,7 +191,7 @@ def _judge_bandwidth(ctx: CheckContext, probe: Mapping[str, Any], base: dict[str
 
 def _localise(ctx: CheckContext, rows: list[Mapping[str, Any]]) -> Iterator[Finding]:
     """Name the GPU (or pair) that is slow compared with its peers in the localisation runs."""
-    slow_fraction = _fraction_rule(ctx, "localise_slow_fraction", 0.7)
+    slow_fraction = _fraction_rule(ctx, "localise_slow_fraction")
     for direction in ("host-to-device", "device-to-host"):
         copies = [row for row in rows if row.get("kind") == "copy" and row.get("direction") == direction]
         if len(copies) < 2:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
-from netdoctor.checks.rules import virtual_function_note
 from netdoctor.inventory.model import Gpu, Hca, Inventory, PcieLink
+from netdoctor.inventory.queries import virtual_function_note
 from netdoctor.report.model import STATUS_SEVERITY
 from netdoctor.util import natural_key
 
@@ -106,7 +106,7 @@ def _gpu_link(gpu: Gpu, inventory: Inventory) -> tuple[PcieLink | None, dict[str
 def _judge_gpu(ctx: CheckContext, gpu: Gpu) -> Finding:
     inventory = ctx.inventory
     if gpu.lost:
-        return ctx.graded(str(ctx.rule("lost_gpu_severity", "fail")), gpu.label,
+        return ctx.graded(str(ctx.rule("lost_gpu_severity")), gpu.label,
                           f"NVML reports {gpu.label} ({gpu.pci_address or 'PCI address unknown'}) lost: "
                           "the GPU fell off the PCIe bus",
                           evidence={"pci_address": gpu.pci_address, "nvml_errors": gpu.nvml_errors},
@@ -125,15 +125,15 @@ def _judge_gpu(ctx: CheckContext, gpu: Gpu) -> Finding:
     assert link.current_width is not None and link.max_width is not None
     verdicts: list[Verdict] = []
     if link.current_width < link.max_width:
-        verdicts.append(Verdict(ctx.severity("low_width_severity", "fail"),
+        verdicts.append(Verdict(ctx.severity("low_width_severity"),
                                 f"PCIe link runs at x{link.current_width} of x{link.max_width} "
                                 f"(lanes lost: never power saving)", "low_width_severity"))
     if link.current_gen < link.max_gen:
         gen_text = f"PCIe link runs at Gen{link.current_gen} of Gen{link.max_gen}"
-        idle_from = int(ctx.rule("power_saving_min_pstate", 1))
+        idle_from = int(ctx.rule("power_saving_min_pstate"))
         pstate = gpu.performance_state
         if pstate is None:
-            verdicts.append(Verdict(ctx.severity("unknown_pstate_severity", "unknown"),
+            verdicts.append(Verdict(ctx.severity("unknown_pstate_severity"),
                                     f"{gen_text} and the P-state is unknown, so power saving cannot be "
                                     f"told from a degraded link ({inventory.source('nvml').reason()})",
                                     "unknown_pstate_severity"))
@@ -141,7 +141,7 @@ def _judge_gpu(ctx: CheckContext, gpu: Gpu) -> Finding:
             verdicts.append(Verdict(Status.PASS, f"Gen{link.current_gen} in P{pstate} is power saving "
                                     f"(retrains to Gen{link.max_gen} under load)"))
         else:
-            verdicts.append(Verdict(ctx.severity("gpu_low_speed_severity", "warn"),
+            verdicts.append(Verdict(ctx.severity("gpu_low_speed_severity"),
                                     f"{gen_text} while busy (P{pstate})", "gpu_low_speed_severity"))
     if "conflict" in notes:
         verdicts.append(Verdict(Status.PASS, "NVML and sysfs disagree; NVML used"))
@@ -161,7 +161,7 @@ def _judge_nic(ctx: CheckContext, address: str, hcas: list[Hca]) -> Finding:
     evidence = {"hca": names, **_link_evidence(link)}
     verdicts: list[Verdict] = []
     if link.current_width < link.max_width:
-        verdicts.append(Verdict(ctx.severity("low_width_severity", "fail"),
+        verdicts.append(Verdict(ctx.severity("low_width_severity"),
                                 f"{names} PCIe link runs at x{link.current_width} of x{link.max_width}",
                                 "low_width_severity"))
     # ConnectX NICs keep their link at the trained speed (no idle downclocking): a lower gen
@@ -169,7 +169,7 @@ def _judge_nic(ctx: CheckContext, address: str, hcas: list[Hca]) -> Finding:
     # link that trained down. Either caps RDMA bandwidth; only the pack knows the slots.
     slow_speed = link.current_gen < link.max_gen
     if slow_speed:
-        verdicts.append(Verdict(ctx.severity("nic_low_speed_severity", "warn"),
+        verdicts.append(Verdict(ctx.severity("nic_low_speed_severity"),
                                 f"{names} PCIe link runs at {_describe(link, True)}, below the card's maximum "
                                 f"{_describe(link, False)}: a slower slot, or a link that trained down",
                                 "nic_low_speed_severity"))
@@ -184,7 +184,7 @@ def _judge_nic(ctx: CheckContext, address: str, hcas: list[Hca]) -> Finding:
 
 
 @check(CHECK_ID, "GPU and NIC PCIe links run at their maximum speed and width (idle GPU downclocking allowed)",
-       needs=("pcie",))
+       needs=("pcie",), order=30)
 def pcie_link(ctx: CheckContext) -> Iterator[Finding]:
     inventory = ctx.inventory
     if not inventory.gpus and not inventory.hcas:

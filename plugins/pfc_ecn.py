@@ -20,9 +20,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, check
-from netdoctor.checks.rules import classified_ports, unavailable_reason, virtual_function_note
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import LinkLayer, Netdev, Port
+from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
 
 CHECK_ID = "pfc-ecn"
 
@@ -30,7 +30,7 @@ CHECK_ID = "pfc-ecn"
 
 
 def _rdma_priority(ctx: CheckContext) -> int:
-    priority = ctx.rule("rdma_priority", 3)
+    priority = ctx.rule("rdma_priority")
     if not isinstance(priority, int) or isinstance(priority, bool) or not 0 <= priority <= 7:
         raise RulesError(f"[{CHECK_ID}] rdma_priority = {priority!r}: expected an integer 0..7")
     return priority
@@ -76,36 +76,36 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
         if priority not in qos.pfc_enabled:
             enabled = ",".join(map(str, qos.pfc_enabled)) or "none"
             problems.append(ctx.graded(
-                ctx.severity("pfc_missing_severity", "fail"), name,
+                ctx.severity("pfc_missing_severity"), name,
                 f"PFC is off on RDMA priority {priority} of {name} (enabled on: {enabled}); RoCE runs lossy",
                 evidence=evidence, rule="rdma_priority",
                 remedy=f"mlnx_qos -i {name} --pfc {','.join('1' if p == priority else '0' for p in range(8))} "
                        "(and persist it in the NIC/DCB configuration; match the switch's lossless priority)"))
         others = sorted(set(qos.pfc_enabled) - {priority})
-        if others and not ctx.rule("allow_pfc_on_other_priorities", False):
+        if others and not ctx.rule("allow_pfc_on_other_priorities"):
             problems.append(ctx.graded(
-                ctx.severity("other_pfc_severity", "warn"), name,
+                ctx.severity("other_pfc_severity"), name,
                 f"PFC is also on for priorities {','.join(map(str, others))} of {name}: pauses spread to "
                 f"non-RDMA traffic", evidence=evidence, rule="allow_pfc_on_other_priorities",
                 remedy=f"enable PFC only on priority {priority}: mlnx_qos -i {name} --pfc "
                        f"{','.join('1' if p == priority else '0' for p in range(8))}"))
-        expected_trust = ctx.rule("expected_trust", "dscp")
+        expected_trust = ctx.rule("expected_trust")
         if expected_trust:
             if qos.trust is None:
                 problems.append(ctx.unknown(name, f"trust mode of {name} not reported by mlnx_qos",
                                             evidence=evidence))
             elif qos.trust != expected_trust:
                 problems.append(ctx.graded(
-                    ctx.severity("trust_mismatch_severity", "warn"), name,
+                    ctx.severity("trust_mismatch_severity"), name,
                     f"{name} trusts {qos.trust}, expected {expected_trust}: RoCE packets may not land on "
                     f"priority {priority}", evidence=evidence, rule="expected_trust",
                     remedy=f"mlnx_qos -i {name} --trust {expected_trust}"))
-    if ctx.rule("require_ecn", True):
+    if ctx.rule("require_ecn"):
         missing = [point for point, table in (("np", ecn_np), ("rp", ecn_rp)) if table.get(priority) is None]
         disabled = [point for point, table in (("np", ecn_np), ("rp", ecn_rp)) if table.get(priority) is False]
         if disabled:
             problems.append(ctx.graded(
-                ctx.severity("ecn_missing_severity", "warn"), name,
+                ctx.severity("ecn_missing_severity"), name,
                 f"RoCE ECN ({'/'.join(disabled)}) is off on priority {priority} of {name}: no DCQCN "
                 f"congestion control, PFC alone absorbs congestion", evidence=evidence, rule="require_ecn",
                 remedy="; ".join(f"echo 1 > /sys/class/net/{name}/ecn/roce_{point}/enable/{priority}"
@@ -122,7 +122,7 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
         return
     assert qos is not None  # a missing mlnx_qos view is always a problem above
     parts = [f"PFC on priority {priority}" + ("" if len(qos.pfc_enabled) == 1 else " (and others, allowed)")]
-    if ctx.rule("require_ecn", True):
+    if ctx.rule("require_ecn"):
         parts.append("ECN np/rp on")
     if qos.trust:
         parts.append(f"trust {qos.trust}")
@@ -130,9 +130,9 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
 
 
 @check(CHECK_ID, "on RoCE ports: PFC on the RDMA priority only, ECN enabled for it, expected trust mode",
-       needs=("roce",))
+       needs=("roce",), order=60)
 def pfc_ecn(ctx: CheckContext) -> Iterator[Finding]:
-    ethernet = [(hca, port, port_class) for hca, port, port_class in classified_ports(ctx.inventory, ctx.rules)
+    ethernet = [(hca, port, port_class) for hca, port, port_class in ctx.pack.classified_ports(ctx.inventory)
                 if port.link_layer is LinkLayer.ETHERNET]
     if not ethernet:
         yield ctx.skip("node", "no RoCE ports (InfiniBand fabrics use credit-based flow control)")

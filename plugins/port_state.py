@@ -13,20 +13,13 @@ See docs/checks.md (`port-state`).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
 
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.checks.api import majority
-from netdoctor.checks.rules import (
-    PortClass,
-    class_evidence,
-    classified_ports,
-    role_of,
-    unavailable_reason,
-    virtual_function_note,
-)
 from netdoctor.inventory.model import Hca, Inventory, LinkLayer, PhysState, Port, PortState
+from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
+from netdoctor.packs import PortClass, RulePack, role_of
 
 STATE_SOURCES = ("sysfs", "ibstat", "ibv_devinfo-v")
 INVALID_LIDS = (0x0, 0xFFFF)   # 0: never assigned; 0xFFFF: the permissive LID, not a unicast address
@@ -48,12 +41,12 @@ def _state_text(port: Port) -> str:
 
 
 def _evidence(inventory: Inventory, hca: Hca, port: Port, port_class: PortClass | None,
-              rules: Mapping[str, Any]) -> dict[str, object]:
+              pack: RulePack) -> dict[str, object]:
     return {
         "state": str(port.state) if port.state is not None else None,
         "phys_state": str(port.phys_state) if port.phys_state is not None else None,
         "link_layer": str(port.link_layer) if port.link_layer is not None else None,
-        **class_evidence(inventory, hca, port_class, rules),
+        **pack.class_evidence(inventory, hca, port_class),
     }
 
 
@@ -83,7 +76,7 @@ def _never_linked(port: Port) -> bool:
 def _down_by_design(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None,
                     evidence: dict[str, object]) -> str | None:
     """Why a port that is not ACTIVE is down by design (the skip sentence), or None: judge it."""
-    must_be_up = bool(ctx.rule("compute_ports_must_be_up", False))
+    must_be_up = bool(ctx.rule("compute_ports_must_be_up"))
     if must_be_up and role_of(port_class) == "compute":
         return None      # a rail of a platform whose rails are all cabled: down is a fault
     if port.phys_state is PhysState.DISABLED:
@@ -137,7 +130,7 @@ def _not_active_problem(port: Port) -> tuple[str, str]:
 
 
 def _judge_port(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None) -> Iterator[Finding]:
-    evidence = _evidence(ctx.inventory, hca, port, port_class, ctx.rules)
+    evidence = _evidence(ctx.inventory, hca, port, port_class, ctx.pack)
     through_pf = virtual_function_note(ctx.inventory, hca)
     if through_pf is not None:
         yield ctx.skip(port.name, f"{_state_text(port)}; {through_pf}",
@@ -157,7 +150,7 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass |
         return
     if port.state is PortState.ACTIVE_DEFER or (
             port.state is PortState.ACTIVE and port.phys_state not in (None, PhysState.LINK_UP)):
-        yield ctx.graded(ctx.rule("degraded_active_severity", "warn"), port.name,
+        yield ctx.graded(ctx.rule("degraded_active_severity"), port.name,
                          f"{_state_text(port)}: the port is active but its link is not fully up",
                          evidence=evidence, rule="degraded_active",
                          remedy="watch it: a link stuck here is flapping; check the cable and error-counters")
@@ -168,7 +161,7 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass |
             yield ctx.skip(port.name, by_design, evidence=evidence)
             return
         summary, remedy = _not_active_problem(port)
-        yield ctx.graded(ctx.rule("not_active_severity", "fail"), port.name, summary, evidence=evidence,
+        yield ctx.graded(ctx.rule("not_active_severity"), port.name, summary, evidence=evidence,
                          remedy=remedy, rule="not_active")
         return
 
@@ -198,7 +191,7 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass |
 
 def _judge_subnet_managers(ctx: CheckContext, ports: list[tuple[Port, PortClass | None]]) -> Iterator[Finding]:
     """Active IB ports of one scope should see one SM; different SM LIDs mean different subnets."""
-    by_class = ctx.rule("sm_scope", "node") == "port-class"
+    by_class = ctx.rule("sm_scope") == "port-class"
     scopes: dict[str, dict[int, list[str]]] = {}
     for port, port_class in ports:
         scope = (port_class.name if port_class else "unclassed") if by_class else "node"
@@ -212,7 +205,7 @@ def _judge_subnet_managers(ctx: CheckContext, ports: list[tuple[Port, PortClass 
             yield ctx.passed("node", f"{who} SM LID 0x{lid:x}", evidence=evidence)
             continue
         parts = "; ".join(f"0x{lid:x} on {', '.join(names)}" for lid, names in sorted(sm_lids.items()))
-        yield ctx.graded(ctx.rule("sm_mismatch_severity", "warn"), "node",
+        yield ctx.graded(ctx.rule("sm_mismatch_severity"), "node",
                          f"active IB ports{where} see different subnet managers: SM LID {parts}",
                          evidence=evidence, rule="sm_mismatch",
                          remedy="a cable in the wrong fabric, or an SM failover in progress: compare `sminfo` per "
@@ -238,7 +231,7 @@ def _judge_pkeys(ctx: CheckContext, ports: list[Port]) -> Iterator[Finding]:
         extra = sorted(set(table) - set(expected))
         detail = "; ".join(part for part in (f"missing {', '.join(missing)}" if missing else "",
                                              f"extra {', '.join(extra)}" if extra else "") if part)
-        yield ctx.graded(ctx.rule("pkey_mismatch_severity", "warn"), name,
+        yield ctx.graded(ctx.rule("pkey_mismatch_severity"), name,
                          f"P_Key table {', '.join(table)} differs from the other compute ports' "
                          f"{', '.join(expected)} ({detail})",
                          evidence={"pkeys": list(table), "expected_pkeys": list(expected),
@@ -249,10 +242,10 @@ def _judge_pkeys(ctx: CheckContext, ports: list[Port]) -> Iterator[Finding]:
 
 
 @check("port-state", "each RDMA port is ACTIVE/LinkUp, has a LID and a reachable SM, one P_Key table",
-       needs=("rdma",))
+       needs=("rdma",), order=10)
 def port_state(ctx: CheckContext) -> Iterator[Finding]:
     healthy_ib: list[tuple[Port, PortClass | None]] = []
-    for hca, port, port_class in classified_ports(ctx.inventory, ctx.rules):
+    for hca, port, port_class in ctx.pack.classified_ports(ctx.inventory):
         findings = list(_judge_port(ctx, hca, port, port_class))
         yield from findings
         if (port.link_layer is LinkLayer.INFINIBAND and port.is_active and port.sm_lid

@@ -1,21 +1,25 @@
-"""Hand-built inventories for check unit tests, shaped like real nodes.
+"""The one set of hand-built inventories for check unit tests, shaped like real nodes.
 
-`dgx_h100()` is a DGX H100: 8 GPUs, 8 ConnectX-7 (MT4129) NDR InfiniBand rails mlx5_0..7
-(4X, 400 Gb/s, LID 0x11.., SM LID 0x1, P_Key 0xffff, IB MTU 4096, IPoIB ibp*s0 at 4092)
-and a BlueField-3 (MT41692) `mlx5_bond_0` Ethernet storage port at 200 Gb/s (2X NDR).
-`roce_node()` has 8 ConnectX-7 400GbE RoCE ports with netdevs at MTU 9000.
-`run_check()` runs one check function the way the engine does: with the real bundled pack.
+`dgx_h100()` is a DGX H100: 8 H100 GPUs and 8 ConnectX-7 (MT4129) NDR InfiniBand rails
+mlx5_0..7 (4X, 400 Gb/s, LID 0x11.., SM LID 0x1, P_Key 0xffff, IB MTU 4096, IPoIB ibp*s0
+at 4092), GPU i and rail i on one PCIe switch (real DGX H100 PCI addresses; PIX in
+`nvidia-smi topo -m`), PCIe Gen5 links, nvidia_peermem loaded. Its storage NIC is, by
+`storage`: a BlueField-3 (MT41692) `mlx5_bond_0` Ethernet port at 200 Gb/s (2X NDR) with
+netdev bond0 ("bluefield", the default), a ConnectX-7 InfiniBand `mlx5_8` ("cx7-ib"), or none.
+`roce_node()` has 8 ConnectX-7 400GbE RoCE ports with netdevs at MTU 9000; `roce_hca()` and
+`roce_netdev()` build single RoCE ports with their QoS settings.
+`run_check()` runs one check function the way the engine does: with a real bundled pack
+(its port classes included), optionally with some of the check's settings overridden.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from netdoctor.checks.api import CheckContext, CounterHistory
-from netdoctor.checks.rules import RulePack, load_rules
 from netdoctor.inventory.model import (
     Gpu,
     Hca,
@@ -23,12 +27,17 @@ from netdoctor.inventory.model import (
     LinkLayer,
     LinkRate,
     Netdev,
+    PcieLink,
+    PeerMemory,
     PhysState,
     Port,
     PortState,
+    QosConfig,
     SourceState,
     SourceStatus,
+    Topology,
 )
+from netdoctor.packs import RulePack, load_rules
 from netdoctor.report.model import Finding, Status
 
 CAPTURED_AT = "2026-11-21T22:40:00Z"
@@ -36,6 +45,14 @@ BOOT_ID = "5f2c1e3a-8a0b-4a8e-9d3c-2b7f4f0e9a11"
 
 NDR = LinkRate(400, 4, "NDR", 106.25)
 HDR = LinkRate(200, 4, "HDR", 53.125)
+
+# PCI addresses of a DGX H100: GPU i and its rail NIC mlx5_i share one PCIe switch.
+GPU_ADDRESSES = ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
+                 "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0")
+NIC_ADDRESSES = ("0000:1a:00.0", "0000:2c:00.0", "0000:3c:00.0", "0000:5e:00.0",
+                 "0000:9c:00.0", "0000:ad:00.0", "0000:bc:00.0", "0000:dc:00.0")
+STORAGE_NIC_ADDRESS = "0000:c0:00.0"
+GEN_SPEED_GTS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 
 # A clean port's counters as the mlx5 sysfs counters/ directory gives them.
 CLEAN_COUNTERS: dict[str, int | None] = {
@@ -69,6 +86,27 @@ def sources(*names: str, state: SourceState = SourceState.OK, detail: str = "") 
     return {name: SourceStatus(name, state, detail) for name in names}
 
 
+def pcie_link(address: str, current_gen: int = 5, current_width: int = 16, *, max_gen: int = 5,
+              max_width: int = 16, source: str = "sysfs") -> PcieLink:
+    # NVML reports generations only; sysfs reports speeds in GT/s (the builder derives gens).
+    nvml = source == "nvml"
+    return PcieLink(address, current_gen, max_gen, current_width, max_width,
+                    None if nvml else GEN_SPEED_GTS[current_gen], None if nvml else GEN_SPEED_GTS[max_gen], source)
+
+
+def gpu(index: int, *, numa_node: int | None = None, pstate: int | None = 0, pcie: PcieLink | None = None,
+        dmabuf: bool | None = None, address: str | None = None) -> Gpu:
+    address = address or GPU_ADDRESSES[index]
+    return Gpu(index, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-{index:08x}", pci_address=address,
+               numa_node=(0 if index < 4 else 1) if numa_node is None else numa_node,
+               pcie=pcie if pcie is not None else pcie_link(address, source="nvml"),
+               performance_state=pstate, dmabuf_supported=dmabuf, sources=("nvml",))
+
+
+def h100_gpus(count: int = 8) -> list[Gpu]:
+    return [gpu(index) for index in range(count)]
+
+
 def ib_port(hca: str, number: int = 1, *, lid: int | None = 0x11, netdev: str | None = None, **changes: Any) -> Port:
     values: dict[str, Any] = dict(
         state=PortState.ACTIVE, phys_state=PhysState.LINK_UP, rate=NDR, link_layer=LinkLayer.INFINIBAND,
@@ -80,38 +118,98 @@ def ib_port(hca: str, number: int = 1, *, lid: int | None = 0x11, netdev: str | 
     return Port(hca, number, **values)
 
 
-def ib_hca(index: int, **port_changes: Any) -> Hca:
-    name = f"mlx5_{index}"
+def ib_hca(index: int, *, name: str | None = None, address: str | None = None, numa_node: int | None = None,
+           **port_changes: Any) -> Hca:
+    """A ConnectX-7 NDR InfiniBand HCA; rails 0-7 sit at the DGX H100 addresses."""
+    name = name or f"mlx5_{index}"
     port = ib_port(name, lid=0x11 + index, netdev=f"ibp{index}s0", **port_changes)
-    return Hca(name, ca_type="MT4129", model="ConnectX-7", firmware="28.39.1002",
-               pci_address=f"0000:{0x18 + 0x10 * index:02x}:00.0", numa_node=0 if index < 4 else 1,
+    if address is None:
+        address = NIC_ADDRESSES[index] if index < len(NIC_ADDRESSES) else f"0000:{0xe0 + index:02x}:00.0"
+    return Hca(name, ca_type="MT4129", model="ConnectX-7", firmware="28.39.1002", pci_address=address,
+               numa_node=(0 if index < 4 else 1) if numa_node is None else numa_node,
                ports={1: port}, sources=("sysfs", "ibstat"))
 
 
 def storage_hca() -> Hca:
+    """The DGX H100's BlueField-3 in-band storage/management port, bonded."""
     port = Port("mlx5_bond_0", 1, PortState.ACTIVE, PhysState.LINK_UP, LinkRate(200, 2, "NDR"), LinkLayer.ETHERNET,
                 active_mtu=4096, max_mtu=4096, netdev="bond0", pkeys=("0xffff",),
                 counters=dict(CLEAN_COUNTERS), counters_source="sysfs", hw_counters=dict(CLEAN_HW_COUNTERS),
                 sources=("sysfs",))
-    return Hca("mlx5_bond_0", ca_type="MT41692", model="BlueField-3", pci_address="0000:c0:00.0", numa_node=1,
+    return Hca("mlx5_bond_0", ca_type="MT41692", model="BlueField-3", pci_address=STORAGE_NIC_ADDRESS, numa_node=1,
                ports={1: port}, sources=("sysfs",))
 
 
-def h100_gpus(count: int = 8) -> list[Gpu]:
-    return [Gpu(index, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-{index:08x}",
-                pci_address=f"0000:{0x19 + 0x10 * index:02x}:00.0", numa_node=0 if index < 4 else 1)
-            for index in range(count)]
+def roce_hca(name: str, netdev: str, address: str, numa_node: int = 0) -> Hca:
+    port = Port(name, 1, PortState.ACTIVE, PhysState.LINK_UP, LinkRate(400, 4), LinkLayer.ETHERNET, netdev=netdev)
+    return Hca(name, ca_type="MT4129", model="ConnectX-7", pci_address=address, numa_node=numa_node,
+               ports={1: port}, sources=("sysfs",))
 
 
-def dgx_h100(*, storage: bool = True, host: str = "node017") -> Inventory:
-    hcas = [ib_hca(index) for index in range(8)]
-    netdevs = [Netdev(f"ibp{index}s0", mtu=4092, operstate="up", arp_type=32, rdma_port=f"mlx5_{index}:1")
-               for index in range(8)]
-    if storage:
-        hcas.append(storage_hca())
+def roce_netdev(name: str, rdma_port: str, *, trust: str | None = "dscp", pfc: tuple[int, ...] = (3,),
+                ecn_np: Mapping[int, bool] | None = None, ecn_rp: Mapping[int, bool] | None = None,
+                qos: bool = True) -> Netdev:
+    all_on = {priority: priority == 3 for priority in range(8)}
+    return Netdev(name, mtu=4200, operstate="up", speed_mbps=400000, arp_type=1, rdma_port=rdma_port,
+                  qos=QosConfig(trust, pfc, "OS controlled") if qos else None,
+                  ecn_np=dict(all_on if ecn_np is None else ecn_np),
+                  ecn_rp=dict(all_on if ecn_rp is None else ecn_rp), sources=("sysfs",))
+
+
+# `nvidia-smi topo -m` of a DGX H100: GPUi is PIX to NICi, NODE to the other NICs of its
+# socket, SYS across; NIC8 (storage, named by `storage_name`) is SYS to GPUs 0-3 and NODE to 4-7.
+def dgx_topology(override: Mapping[tuple[str, str], str] | None = None, nic_count: int = 9,
+                 storage_name: str = "mlx5_8") -> Topology:
+    links: dict[tuple[str, str], str] = {}
+    for gpu_index in range(8):
+        for nic_index in range(nic_count):
+            if nic_index == 8:
+                level = "SYS" if gpu_index < 4 else "NODE"
+            elif nic_index == gpu_index:
+                level = "PIX"
+            elif (nic_index < 4) == (gpu_index < 4):
+                level = "NODE"
+            else:
+                level = "SYS"
+            links[(f"GPU{gpu_index}", f"NIC{nic_index}")] = level
+    links.update(override or {})
+    nic_names = {f"NIC{i}": (storage_name if i == 8 else f"mlx5_{i}") for i in range(nic_count)}
+    return Topology(tuple(f"GPU{i}" for i in range(8)), tuple(f"NIC{i}" for i in range(nic_count)),
+                    links, nic_names)
+
+
+def dgx_h100(*, storage: str | None = "bluefield", host: str = "node017", gpus: Iterable[Gpu] | None = None,
+             hcas: Iterable[Hca] | None = None, topology: Topology | None | str = "default",
+             peer_memory: PeerMemory | None = None) -> Inventory:
+    """A DGX H100 (see the module docstring). `hcas` replaces the rails and the storage NIC;
+    `storage` still names NIC8 of the default matrix (mlx5_bond_0, else mlx5_8)."""
+    gpu_list = list(gpus) if gpus is not None else h100_gpus()
+    if hcas is not None:
+        hca_list = list(hcas)
+    else:
+        hca_list = [ib_hca(index) for index in range(8)]
+        if storage == "bluefield":
+            hca_list.append(storage_hca())
+        elif storage == "cx7-ib":
+            hca_list.append(ib_hca(8, address=STORAGE_NIC_ADDRESS, numa_node=1))
+        elif storage is not None:
+            raise ValueError(f"storage={storage!r}: bluefield, cx7-ib or None")
+    netdevs = [Netdev(port.netdev, mtu=4092, operstate="up", arp_type=32, rdma_port=port.name)
+               for hca in hca_list for port in hca.ports.values()
+               if port.netdev and port.link_layer is LinkLayer.INFINIBAND]
+    if any(hca.name == "mlx5_bond_0" for hca in hca_list):
         netdevs.append(Netdev("bond0", mtu=9000, operstate="up", arp_type=1, rdma_port="mlx5_bond_0:1"))
-    return Inventory(host=host, captured_at=CAPTURED_AT, boot_id=BOOT_ID, gpus=h100_gpus(), hcas=hcas,
-                     netdevs=netdevs, sources=sources("sysfs", "nvml", "ibstat", "ibv_devinfo-v", "ibdev2netdev"))
+    storage_name = "mlx5_bond_0" if storage == "bluefield" else "mlx5_8"
+    pcie = {link.address: link for link in
+            [pcie_link(item.pci_address) for item in gpu_list if item.pci_address]
+            + [pcie_link(item.pci_address) for item in hca_list if item.pci_address]}
+    return Inventory(
+        host=host, captured_at=CAPTURED_AT, boot_id=BOOT_ID, driver_version="580.95.05",
+        gpus=gpu_list, hcas=hca_list, netdevs=netdevs, pcie=pcie,
+        topology=dgx_topology(storage_name=storage_name) if topology == "default" else topology,  # type: ignore[arg-type]
+        peer_memory=peer_memory or PeerMemory(nvidia_peermem=True, nv_peer_mem=False, gdrdrv=False),
+        sources=sources("sysfs", "nvml", "ibstat", "ibv_devinfo-v", "ibdev2netdev", "nvidia-smi-topo-m"),
+    )
 
 
 def roce_node(*, mtu: int = 9000) -> Inventory:
@@ -158,16 +256,25 @@ def pack(name: str = "default") -> RulePack:
     return _PACKS[name]
 
 
+def with_overrides(rule_pack: RulePack, check_id: str, overrides: Mapping[str, Any]) -> RulePack:
+    """A copy of the pack with some of `check_id`'s settings changed (only settings it has: a typo fails)."""
+    section = rule_pack.data.get(check_id, {})
+    unknown = sorted(set(overrides) - set(section))
+    assert not unknown, f"[{check_id}] has no setting {unknown} in pack {rule_pack.name}"
+    changed = copy.deepcopy(rule_pack)
+    changed.data[check_id] = {**section, **overrides}
+    return changed
+
+
 def run_check(function: Callable[[CheckContext], Iterable[Finding]], check_id: str, inventory: Inventory, *,
               pack_name: str = "default", history: CounterHistory | None = None,
-              overrides: dict[str, Any] | None = None, rule_pack: RulePack | None = None) -> list[Finding]:
-    """Run a check function like the engine: the pack's section, optional per-test overrides."""
+              overrides: Mapping[str, Any] | None = None, rule_pack: RulePack | None = None,
+              probe: Mapping[str, Any] | None = None) -> list[Finding]:
+    """Run a check function like the engine: a real pack, optional per-test overrides of its section."""
     chosen = rule_pack if rule_pack is not None else pack(pack_name)
     if overrides:
-        chosen = copy.deepcopy(chosen)
-        chosen.data[check_id] = {**chosen.data.get(check_id, {}), **overrides}
-    context = CheckContext(check_id, inventory, rules=chosen.section(check_id), history=history)
-    return list(function(context))
+        chosen = with_overrides(chosen, check_id, overrides)
+    return list(function(CheckContext(check_id, inventory, chosen, history=history, probe=probe)))
 
 
 def site_pack(tmp_path: Path, base: str, text: str) -> RulePack:

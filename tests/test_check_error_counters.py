@@ -199,15 +199,15 @@ def test_rule_names_key_shadow_mode(tmp_path: Path) -> None:
 
 
 def test_virtual_function_is_skipped_through_its_physical_function() -> None:
-    inventory = dgx_h100(storage=False)
+    inventory = dgx_h100(storage=None)
     vf = copy.deepcopy(inventory.hca("mlx5_0"))
-    vf.name, vf.pci_address, vf.physical_function = "mlx5_12", "0000:18:00.1", inventory.hca("mlx5_0").pci_address
+    vf.name, vf.pci_address, vf.physical_function = "mlx5_12", "0000:1a:00.1", inventory.hca("mlx5_0").pci_address
     vf.ports[1].hca = "mlx5_12"
     vf.ports[1].counters["link_downed"] = 7       # would warn on its own
     inventory.hcas.append(vf)
     finding = only(run(inventory), "mlx5_12:1")
     assert finding.status is Status.SKIP
-    assert finding.summary == "SR-IOV virtual function of 0000:18:00.0 (mlx5_0): judged through its physical function"
+    assert finding.summary == "SR-IOV virtual function of 0000:1a:00.0 (mlx5_0): judged through its physical function"
     assert only(run(inventory), "mlx5_0:1").status is Status.PASS
 
 

@@ -8,14 +8,13 @@ from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory, SourceState, SourceStatus, Topology
 from netdoctor.report.model import Finding, Status
 from netdoctor_plugins.gpu_nic_affinity import gpu_nic_affinity
-from tests.inventory_factory_b import (
+from inventory_factory import (
     STORAGE_NIC_ADDRESS,
     by_subject,
-    dgx_inventory,
+    dgx_h100,
     dgx_topology,
     gpu,
     ib_hca,
-    pack_rules,
     roce_hca,
     run_check,
 )
@@ -24,7 +23,7 @@ CHECK = "gpu-nic-affinity"
 
 
 def run(inventory: Inventory, pack: str = "default", **overrides: object) -> dict[str, list[Finding]]:
-    return by_subject(run_check(gpu_nic_affinity, CHECK, inventory, pack_rules(CHECK, pack, **overrides)))
+    return by_subject(run_check(gpu_nic_affinity, CHECK, inventory, pack_name=pack, overrides=overrides))
 
 
 def statuses(findings: dict[str, list[Finding]]) -> dict[str, list[str]]:
@@ -42,11 +41,11 @@ def without_nics(*removed: int) -> Inventory:
     hcas = [ib_hca(i) for i in range(8) if i not in removed]
     if 8 not in removed:
         hcas.append(ib_hca(8, address=STORAGE_NIC_ADDRESS, numa_node=1))
-    return dgx_inventory(hcas=hcas, topology=Topology(topology.gpus, tuple(names), links, names))
+    return dgx_h100(storage="cx7-ib", hcas=hcas, topology=Topology(topology.gpus, tuple(names), links, names))
 
 
 def test_healthy_dgx_passes_with_pix_rails() -> None:
-    findings = run(dgx_inventory(), "dgx-h100")
+    findings = run(dgx_h100(storage="cx7-ib"), "dgx-h100")
     assert statuses(findings) == {f"GPU{i}": ["pass"] for i in range(8)}
     gpu3 = findings["GPU3"][0]
     assert gpu3.summary == "rail NIC mlx5_3 (PIX), NUMA node 0"
@@ -88,7 +87,7 @@ def test_gpu_without_a_nic_to_spare_shares_a_rail() -> None:
     topology = dgx_topology(nic_count=8)
     links = {key: level for key, level in topology.links.items() if key[1] != "NIC1"}
     names = {label: name for label, name in topology.nic_names.items() if label != "NIC1"}
-    inventory = dgx_inventory(hcas=[ib_hca(i) for i in range(8) if i != 1],
+    inventory = dgx_h100(storage="cx7-ib", hcas=[ib_hca(i) for i in range(8) if i != 1],
                               topology=Topology(topology.gpus, tuple(names), links, names))
     findings = run(inventory, "dgx-h100")
     [finding] = findings["GPU1"]
@@ -101,7 +100,7 @@ def test_gpu_without_a_nic_to_spare_shares_a_rail() -> None:
 
 def test_second_gpu_on_a_one_nic_switch_gets_a_farther_rail() -> None:
     override = {("GPU1", "NIC0"): "PIX", ("GPU1", "NIC1"): "NODE"}
-    inventory = dgx_inventory(topology=dgx_topology(override))
+    inventory = dgx_h100(storage="cx7-ib", topology=dgx_topology(override))
     # mlx5_1 is no longer PIX/PXB to any GPU, so dgx-h100's near_gpu compute class drops it;
     # this check still judges it as the compute-class card it is (a misplaced rail).
     findings = run(inventory, "dgx-h100")
@@ -127,14 +126,14 @@ def test_storage_role_nics_are_not_rails() -> None:
 
 
 def test_only_storage_nics_skips() -> None:
-    inventory = dgx_inventory(hcas=[roce_hca("mlx5_0", "enp1s0", "0000:01:00.0")])
+    inventory = dgx_h100(storage="cx7-ib", hcas=[roce_hca("mlx5_0", "enp1s0", "0000:01:00.0")])
     findings = run(inventory, "dgx-h100")
     assert statuses(findings) == {"node": ["skip"]}
     assert "no compute-role RDMA NICs" in findings["node"][0].summary
 
 
 def test_no_topology_numa_match_passes_and_node_is_unknown_where_pack_needs_the_matrix() -> None:
-    inventory = dgx_inventory(topology=None)
+    inventory = dgx_h100(storage="cx7-ib", topology=None)
     inventory.sources["nvidia-smi-topo-m"] = SourceStatus("nvidia-smi-topo-m", SourceState.TIMEOUT, "after 5.0 s")
     default = run(inventory)["GPU5"][0]
     assert default.status is Status.PASS
@@ -151,7 +150,7 @@ def test_no_topology_numa_match_passes_and_node_is_unknown_where_pack_needs_the_
 
 def test_no_topology_numa_mismatch_fails() -> None:
     hcas = [ib_hca(i, numa_node=0) for i in range(4)]
-    inventory = dgx_inventory(hcas=hcas, topology=None)
+    inventory = dgx_h100(storage="cx7-ib", hcas=hcas, topology=None)
     findings = run(inventory)
     assert statuses(findings)["GPU0"] == ["pass"]
     [finding] = findings["GPU6"]
@@ -160,7 +159,7 @@ def test_no_topology_numa_mismatch_fails() -> None:
 
 
 def test_no_topology_and_no_numa_is_unknown() -> None:
-    inventory = dgx_inventory(gpus=[gpu(0)], topology=None)
+    inventory = dgx_h100(storage="cx7-ib", gpus=[gpu(0)], topology=None)
     inventory.gpus[0].numa_node = None
     [finding] = run(inventory)["GPU0"]
     assert finding.status is Status.UNKNOWN
@@ -169,21 +168,21 @@ def test_no_topology_and_no_numa_is_unknown() -> None:
 
 def test_missing_nic_legend_falls_back_to_numa() -> None:
     topology = dgx_topology()
-    inventory = dgx_inventory(topology=Topology(topology.gpus, topology.nics, topology.links, {}))
+    inventory = dgx_h100(storage="cx7-ib", topology=Topology(topology.gpus, topology.nics, topology.links, {}))
     [finding] = run(inventory)["GPU2"]
     assert finding.status is Status.PASS and "no NIC legend" in finding.summary
     assert "no NIC legend" in run(inventory, "dgx-h100")["node"][0].summary
 
 
 def test_gpu_missing_from_matrix_is_judged_by_numa() -> None:
-    inventory = dgx_inventory(gpus=[gpu(i) for i in range(8)] + [gpu(8, address="0000:e0:00.0", numa_node=1)])
+    inventory = dgx_h100(storage="cx7-ib", gpus=[gpu(i) for i in range(8)] + [gpu(8, address="0000:e0:00.0", numa_node=1)])
     [finding] = run(inventory, "dgx-h100")["GPU8"]
     assert finding.status is Status.UNKNOWN and "GPU8 is not in the nvidia-smi topo -m matrix" in finding.summary
 
 
 def test_bad_expected_level_is_a_rules_error() -> None:
     with pytest.raises(RulesError, match="expected_level"):
-        run(dgx_inventory(), expected_level="NEAR")
+        run(dgx_h100(storage="cx7-ib"), expected_level="NEAR")
 
 
 # GPU x NIC block of a real `nvidia-smi topo -m` (8x H200-class, 10 NICs; dw-flyingw/GLM-5.2-FP8
@@ -213,13 +212,13 @@ def glm_topology() -> Topology:
 def test_real_matrix_with_uneven_pix_nics_passes_one_rail_per_gpu() -> None:
     hcas = [ib_hca(index, address=f"0000:{index + 1:02x}:00.0", numa_node=0 if index < 6 else 1)
             for index in range(10)]
-    findings = run(dgx_inventory(hcas=hcas, topology=glm_topology()), "dgx-h100")
+    findings = run(dgx_h100(storage="cx7-ib", hcas=hcas, topology=glm_topology()), "dgx-h100")
     assert statuses(findings) == {f"GPU{i}": ["pass"] for i in range(8)}
     assert findings["GPU3"][0].evidence["nearest_nics"] == ["mlx5_0", "mlx5_1", "mlx5_2"]
     assert findings["GPU7"][0].summary == "rail NIC mlx5_6 (PIX), NUMA node 1"
     # drop GPU5's only PIX NIC (mlx5_9): its NODE neighbours are the rails of GPU4, GPU6, GPU7, so
     # its own rail is one of GPU3's spare PIX NICs, across the socket
-    broken = run(dgx_inventory(hcas=hcas[:9], topology=glm_topology()), "dgx-h100")
+    broken = run(dgx_h100(storage="cx7-ib", hcas=hcas[:9], topology=glm_topology()), "dgx-h100")
     assert statuses(broken) == {**{f"GPU{i}": ["pass"] for i in range(8)}, "GPU5": ["fail"]}
     assert broken["GPU5"][0].evidence["rail_nic"] == "mlx5_1"
     assert broken["GPU5"][0].summary == ("rail NIC mlx5_1 (SYS) is across the CPU socket; the nearer mlx5_6, "
@@ -243,7 +242,7 @@ def test_virtual_function_is_not_a_rail_of_its_own() -> None:
 
 
 def test_management_nic_of_a_pcie_only_node_is_no_gpu_rail() -> None:
-    inventory = dgx_inventory(hcas=[ib_hca(0)])
+    inventory = dgx_h100(storage="cx7-ib", hcas=[ib_hca(0)])
     [finding] = run(inventory, "pcie-only")["node"]
     assert finding.status is Status.SKIP
     assert finding.summary == "no compute-role RDMA NICs (all are classed storage, management or unused)"

@@ -5,20 +5,20 @@ from __future__ import annotations
 from netdoctor.inventory.model import Inventory, PeerMemory, SourceState, SourceStatus
 from netdoctor.report.model import Finding, Status
 from netdoctor_plugins.gpudirect import gpudirect
-from tests.inventory_factory_b import dgx_inventory, gpu, pack_section, run_check
+from inventory_factory import dgx_h100, gpu, run_check
 
 CHECK = "gpudirect"
 NO_MODULES = PeerMemory(nvidia_peermem=False, nv_peer_mem=False, gdrdrv=True)
 
 
 def run(inventory: Inventory, **overrides: object) -> Finding:
-    findings = run_check(gpudirect, CHECK, inventory, {**pack_section(CHECK), **overrides})
+    findings = run_check(gpudirect, CHECK, inventory, overrides=overrides)
     assert len(findings) == 1 and findings[0].subject == "node", findings
     return findings[0]
 
 
 def node(dmabuf: list[bool | None], peer: PeerMemory) -> Inventory:
-    return dgx_inventory(gpus=[gpu(i, dmabuf=state) for i, state in enumerate(dmabuf)], peer_memory=peer)
+    return dgx_h100(storage="cx7-ib", gpus=[gpu(i, dmabuf=state) for i, state in enumerate(dmabuf)], peer_memory=peer)
 
 
 def test_nvidia_peermem_loaded_passes() -> None:
@@ -74,7 +74,7 @@ def test_unreadable_module_list_is_unknown_not_fail() -> None:
 
 
 def test_skip_without_rdma_nics_or_gpus() -> None:
-    no_nics = dgx_inventory(hcas=[], topology=None)
+    no_nics = dgx_h100(storage="cx7-ib", hcas=[], topology=None)
     assert run(no_nics).status is Status.SKIP and "no RDMA NICs" in run(no_nics).summary
-    no_gpus = dgx_inventory(gpus=[], topology=None)
+    no_gpus = dgx_h100(storage="cx7-ib", gpus=[], topology=None)
     assert run(no_gpus).status is Status.SKIP and "no GPUs" in run(no_gpus).summary

@@ -58,7 +58,7 @@ def test_one_x_port_is_caught_by_width_alone() -> None:
 
 
 def test_could_be_hint_fails_even_without_other_expectations() -> None:
-    inventory = dgx_h100(storage=False)
+    inventory = dgx_h100(storage=None)
     for port in inventory.ports:
         port.rate = HDR                     # all peers agree: HDR
     port = port_of(inventory, "mlx5_5:1")
@@ -121,7 +121,7 @@ def test_roce_ports_against_the_roce_class_rate() -> None:
 
 
 def test_could_be_hint_reads_as_a_rate_and_the_remedy_names_the_device() -> None:
-    inventory = dgx_h100(storage=False)
+    inventory = dgx_h100(storage=None)
     for port in inventory.ports:
         port.rate = HDR
     port = port_of(inventory, "mlx5_5:1")
@@ -135,8 +135,9 @@ def test_could_be_hint_reads_as_a_rate_and_the_remedy_names_the_device() -> None
 
 
 def ib_storage_node():
-    """DGX H100 plus a dual-port ConnectX-7 storage card in IB mode at NDR200 2X (mlx5_8, mlx5_9)."""
-    inventory = dgx_h100(storage=False)
+    """DGX H100 plus a dual-port ConnectX-7 storage card in IB mode at NDR200 2X (mlx5_8, mlx5_9);
+    no `nvidia-smi topo -m` matrix, so GPU proximity falls back to NUMA nodes."""
+    inventory = dgx_h100(storage=None, topology=None)
     for index in (8, 9):
         hca = ib_hca(index, rate=LinkRate(200, 2, "NDR", 106.25))
         hca.numa_node = 3                    # no GPU on that NUMA node: not next to a GPU
@@ -158,14 +159,14 @@ def test_storage_ports_are_compared_only_with_their_own_class() -> None:
 
 
 def test_virtual_function_is_skipped_and_is_no_peer() -> None:
-    inventory = dgx_h100(storage=False)
+    inventory = dgx_h100(storage=None)
     for index in range(10, 19):             # 9 VFs at HDR would outvote the 8 NDR rails as peers
         vf = ib_hca(index, rate=HDR)
         vf.ca_type, vf.physical_function = "MT4129", inventory.hcas[0].pci_address
         inventory.hcas.append(vf)
     findings = run(inventory)
     assert only(findings, "mlx5_10:1").status is Status.SKIP
-    assert only(findings, "mlx5_10:1").summary == ("SR-IOV virtual function of 0000:18:00.0 (mlx5_0): judged "
+    assert only(findings, "mlx5_10:1").summary == ("SR-IOV virtual function of 0000:1a:00.0 (mlx5_0): judged "
                                                     "through its physical function")
     assert {finding.status for finding in findings if finding.subject in {f"mlx5_{i}:1" for i in range(8)}} == {
         Status.PASS}

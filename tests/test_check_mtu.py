@@ -133,7 +133,7 @@ def test_down_ib_port_and_unused_class_are_skipped(tmp_path: Path) -> None:
 def test_virtual_function_and_its_ipoib_netdev_are_skipped() -> None:
     inventory = dgx_h100()
     vf = copy.deepcopy(inventory.hca("mlx5_0"))
-    vf.name, vf.pci_address, vf.physical_function = "mlx5_12", "0000:18:00.1", inventory.hca("mlx5_0").pci_address
+    vf.name, vf.pci_address, vf.physical_function = "mlx5_12", "0000:1a:00.1", inventory.hca("mlx5_0").pci_address
     vf.ports[1].hca, vf.ports[1].active_mtu, vf.ports[1].netdev = "mlx5_12", 1024, "ibp24s0v1"
     inventory.hcas.append(vf)
     inventory.netdevs.append(Netdev("ibp24s0v1", mtu=1500, arp_type=32, rdma_port="mlx5_12:1"))

@@ -8,14 +8,13 @@ from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory, SourceState, SourceStatus
 from netdoctor.report.model import Status
 from netdoctor_plugins.pcie_link import pcie_link
-from tests.inventory_factory_b import (
+from inventory_factory import (
     GPU_ADDRESSES,
     NIC_ADDRESSES,
     by_subject,
-    dgx_inventory,
+    dgx_h100,
     gpu,
     ib_hca,
-    pack_section,
     pcie_link as link,
     run_check,
 )
@@ -24,8 +23,7 @@ CHECK = "pcie-link"
 
 
 def run(inventory: Inventory, pack: str = "default", **overrides: object) -> dict[str, list]:
-    rules = {**pack_section(CHECK, pack), **overrides}
-    return by_subject(run_check(pcie_link, CHECK, inventory, rules))
+    return by_subject(run_check(pcie_link, CHECK, inventory, pack_name=pack, overrides=overrides))
 
 
 def only(findings: dict[str, list], subject: str):
@@ -34,7 +32,7 @@ def only(findings: dict[str, list], subject: str):
 
 
 def test_healthy_dgx_passes_every_gpu_and_nic() -> None:
-    findings = run(dgx_inventory())
+    findings = run(dgx_h100(storage="cx7-ib"))
     assert set(findings) == {f"GPU{i}" for i in range(8)} | set(NIC_ADDRESSES) | {"0000:c0:00.0"}
     assert all(only(findings, subject).status is Status.PASS for subject in findings)
     assert only(findings, "GPU0").summary == "Gen5 x16 (max Gen5 x16)"
@@ -47,7 +45,7 @@ def test_healthy_dgx_passes_every_gpu_and_nic() -> None:
 
 def test_idle_gpu_at_lower_gen_is_power_saving() -> None:
     idle = gpu(2, pstate=8, pcie=link(GPU_ADDRESSES[2], 1, 16, source="nvml"))
-    inventory = dgx_inventory(gpus=[gpu(0), gpu(1), idle])
+    inventory = dgx_h100(storage="cx7-ib", gpus=[gpu(0), gpu(1), idle])
     finding = only(run(inventory), "GPU2")
     assert finding.status is Status.PASS
     assert "power saving" in finding.summary and "P8" in finding.summary
@@ -56,7 +54,7 @@ def test_idle_gpu_at_lower_gen_is_power_saving() -> None:
 
 def test_busy_gpu_at_lower_gen_warns_by_default_and_fails_on_dgx() -> None:
     busy = gpu(2, pstate=0, pcie=link(GPU_ADDRESSES[2], 4, 16, source="nvml"))
-    inventory = dgx_inventory(gpus=[gpu(0), busy])
+    inventory = dgx_h100(storage="cx7-ib", gpus=[gpu(0), busy])
     finding = only(run(inventory), "GPU2")
     assert finding.status is Status.WARN
     assert finding.summary == "PCIe link runs at Gen4 of Gen5 while busy (P0)"
@@ -66,7 +64,7 @@ def test_busy_gpu_at_lower_gen_warns_by_default_and_fails_on_dgx() -> None:
 
 def test_narrow_gpu_link_fails_even_when_idle() -> None:
     narrow = gpu(5, pstate=8, pcie=link(GPU_ADDRESSES[5], 1, 8, source="nvml"))
-    finding = only(run(dgx_inventory(gpus=[narrow])), "GPU5")
+    finding = only(run(dgx_h100(storage="cx7-ib", gpus=[narrow])), "GPU5")
     assert finding.status is Status.FAIL
     assert finding.rule == "low_width_severity"
     assert finding.summary.startswith("PCIe link runs at x8 of x16")
@@ -75,7 +73,7 @@ def test_narrow_gpu_link_fails_even_when_idle() -> None:
 
 def test_unknown_pstate_at_lower_gen_is_unknown() -> None:
     mystery = gpu(1, pstate=None, pcie=link(GPU_ADDRESSES[1], 3, 16, source="nvml"))
-    finding = only(run(dgx_inventory(gpus=[mystery])), "GPU1")
+    finding = only(run(dgx_h100(storage="cx7-ib", gpus=[mystery])), "GPU1")
     assert finding.status is Status.UNKNOWN
     assert "P-state is unknown" in finding.summary
 
@@ -83,7 +81,7 @@ def test_unknown_pstate_at_lower_gen_is_unknown() -> None:
 def test_nvml_preferred_over_sysfs_and_conflict_kept() -> None:
     # NVML says the link's max is Gen4 (Gen5 GPU in a Gen4 slot); sysfs shows the GPU's own Gen5.
     in_gen4_slot = gpu(0, pcie=link(GPU_ADDRESSES[0], 4, 16, max_gen=4, source="nvml"))
-    inventory = dgx_inventory(gpus=[in_gen4_slot])
+    inventory = dgx_h100(storage="cx7-ib", gpus=[in_gen4_slot])
     inventory.pcie[GPU_ADDRESSES[0]] = link(GPU_ADDRESSES[0], 4, 16, max_gen=5)
     finding = only(run(inventory), "GPU0")
     assert finding.status is Status.PASS
@@ -95,14 +93,14 @@ def test_nvml_preferred_over_sysfs_and_conflict_kept() -> None:
 def test_sysfs_used_when_nvml_lacks_pcie() -> None:
     no_nvml_pcie = gpu(3)
     no_nvml_pcie.pcie = None
-    inventory = dgx_inventory(gpus=[no_nvml_pcie])
+    inventory = dgx_h100(storage="cx7-ib", gpus=[no_nvml_pcie])
     inventory.pcie[GPU_ADDRESSES[3]] = link(GPU_ADDRESSES[3], 5, 4)
     finding = only(run(inventory), "GPU3")
     assert finding.status is Status.FAIL and finding.evidence["source"] == "sysfs"
 
 
 def test_nic_below_max_speed_warns_by_default_and_fails_on_dgx_narrow_always_fails() -> None:
-    inventory = dgx_inventory()
+    inventory = dgx_h100(storage="cx7-ib")
     inventory.pcie[NIC_ADDRESSES[3]] = link(NIC_ADDRESSES[3], 4, 16)
     inventory.pcie[NIC_ADDRESSES[6]] = link(NIC_ADDRESSES[6], 5, 8)
     findings = run(inventory)
@@ -122,7 +120,7 @@ def test_nic_below_max_speed_warns_by_default_and_fails_on_dgx_narrow_always_fai
 
 
 def test_missing_facts_are_unknown_with_reason() -> None:
-    inventory = dgx_inventory(gpus=[gpu(0)])
+    inventory = dgx_h100(storage="cx7-ib", gpus=[gpu(0)])
     inventory.gpus[0].pcie = None
     del inventory.pcie[GPU_ADDRESSES[0]]
     del inventory.pcie[NIC_ADDRESSES[1]]
@@ -135,20 +133,20 @@ def test_missing_facts_are_unknown_with_reason() -> None:
 
 
 def test_software_rdma_device_is_skipped_and_empty_node_skips() -> None:
-    inventory = dgx_inventory(gpus=[gpu(0)])
+    inventory = dgx_h100(storage="cx7-ib", gpus=[gpu(0)])
     rxe = inventory.hcas[0]
     rxe.name, rxe.ca_type, rxe.pci_address = "rxe0", None, None
     skipped = only(run(inventory), "rxe0")
     assert skipped.status is Status.SKIP and "software RDMA device" in skipped.summary
-    siw = dgx_inventory(gpus=[gpu(0)])
+    siw = dgx_h100(storage="cx7-ib", gpus=[gpu(0)])
     siw.hcas[0].name, siw.hcas[0].pci_address = "siw_eth0", None
     assert only(run(siw), "siw_eth0").status is Status.SKIP
-    empty = dgx_inventory(gpus=[], hcas=[], topology=None)
+    empty = dgx_h100(storage="cx7-ib", gpus=[], hcas=[], topology=None)
     assert only(run(empty), "node").status is Status.SKIP
 
 
 def test_mellanox_hca_without_a_pci_address_is_unknown_not_a_software_device() -> None:
-    inventory = dgx_inventory(gpus=[gpu(0)])
+    inventory = dgx_h100(storage="cx7-ib", gpus=[gpu(0)])
     inventory.hcas[0].pci_address = None          # sysfs had no device link for it
     finding = only(run(inventory), "mlx5_0")
     assert finding.status is Status.UNKNOWN
@@ -157,7 +155,7 @@ def test_mellanox_hca_without_a_pci_address_is_unknown_not_a_software_device() -
 
 
 def test_virtual_function_is_judged_through_its_physical_function() -> None:
-    inventory = dgx_inventory(gpus=[gpu(0)])
+    inventory = dgx_h100(storage="cx7-ib", gpus=[gpu(0)])
     vf = ib_hca(0)
     vf.name, vf.ca_type, vf.pci_address = "mlx5_12", "MT4126", "0000:1a:00.1"
     vf.physical_function = NIC_ADDRESSES[0]
@@ -176,4 +174,4 @@ def test_virtual_function_is_judged_through_its_physical_function() -> None:
 def test_bad_status_value_in_pack_is_a_rules_error() -> None:
     busy = gpu(2, pstate=0, pcie=link(GPU_ADDRESSES[2], 4, 16, source="nvml"))
     with pytest.raises(RulesError, match="gpu_low_speed_severity"):
-        run(dgx_inventory(gpus=[busy]), gpu_low_speed_severity="critical")
+        run(dgx_h100(storage="cx7-ib", gpus=[busy]), gpu_low_speed_severity="critical")

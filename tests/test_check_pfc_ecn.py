@@ -8,15 +8,13 @@ from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory, SourceState, SourceStatus
 from netdoctor.report.model import Status
 from netdoctor_plugins.pfc_ecn import pfc_ecn
-from tests.inventory_factory_b import (
+from inventory_factory import (
     NIC_ADDRESSES,
     STORAGE_NIC_ADDRESS,
     by_subject,
-    dgx_inventory,
+    dgx_h100,
     gpu,
     ib_hca,
-    pack_rules,
-    pack_section,
     roce_hca,
     roce_netdev,
     run_check,
@@ -28,14 +26,14 @@ CHECK = "pfc-ecn"
 
 def roce_inventory(*netdevs) -> Inventory:
     hcas = [roce_hca("mlx5_0", "ens1f0np0", "0000:17:00.0"), roce_hca("mlx5_1", "ens1f1np1", "0000:17:00.1")]
-    inventory = dgx_inventory(gpus=[], hcas=hcas, topology=None)
+    inventory = dgx_h100(storage="cx7-ib", gpus=[], hcas=hcas, topology=None)
     inventory.netdevs = list(netdevs) or [roce_netdev("ens1f0np0", "mlx5_0:1"), roce_netdev("ens1f1np1", "mlx5_1:1")]
     inventory.sources.update(sources("ibdev2netdev", "mlnx_qos-ens1f0np0", "mlnx_qos-ens1f1np1"))
     return inventory
 
 
 def run(inventory: Inventory, pack: str = "default", **overrides: object) -> dict[str, list]:
-    return by_subject(run_check(pfc_ecn, CHECK, inventory, {**pack_section(CHECK, pack), **overrides}))
+    return by_subject(run_check(pfc_ecn, CHECK, inventory, pack_name=pack, overrides=overrides))
 
 
 def test_lossless_roce_passes() -> None:
@@ -49,7 +47,7 @@ def test_lossless_roce_passes() -> None:
 
 
 def test_pure_infiniband_node_is_skipped() -> None:
-    findings = run(dgx_inventory())
+    findings = run(dgx_h100(storage="cx7-ib"))
     assert list(findings) == ["node"]
     assert findings["node"][0].status is Status.SKIP
     assert "no RoCE ports" in findings["node"][0].summary
@@ -155,16 +153,16 @@ def test_bad_priority_is_a_rules_error() -> None:
 def test_ethernet_ports_of_a_non_compute_class_are_skipped_with_the_class_named() -> None:
     # A DGX: 8 IB rails and one Ethernet storage port without PFC. dgx-h100 classes it storage.
     storage = roce_hca("mlx5_8", "enp41s0f0np0", STORAGE_NIC_ADDRESS, numa_node=1)
-    inventory = dgx_inventory(hcas=[*(ib_hca(index) for index in range(8)), storage])
+    inventory = dgx_h100(storage="cx7-ib", hcas=[*(ib_hca(index) for index in range(8)), storage])
     inventory.netdevs = [roce_netdev("enp41s0f0np0", "mlx5_8:1", pfc=(), trust="pcp")]
-    findings = by_subject(run_check(pfc_ecn, CHECK, inventory, pack_rules(CHECK, "dgx-h100")))
+    findings = by_subject(run_check(pfc_ecn, CHECK, inventory, pack_name="dgx-h100"))
     [skipped] = findings["enp41s0f0np0"]
     assert skipped.status is Status.SKIP
     assert skipped.summary == ("mlx5_8:1: port class 'storage' is not a RoCE compute rail (role storage); "
                                "PFC/ECN not judged")
     assert skipped.evidence == {"rdma_ports": ["mlx5_8:1"], "port_class": "storage", "role": "storage"}
     # No classes (default pack): an RDMA Ethernet port is assumed RoCE and judged.
-    plain = by_subject(run_check(pfc_ecn, CHECK, inventory, pack_rules(CHECK, "default")))
+    plain = by_subject(run_check(pfc_ecn, CHECK, inventory, pack_name="default"))
     assert Status.FAIL in {finding.status for finding in plain["enp41s0f0np0"]}
 
 
@@ -172,10 +170,10 @@ def test_roce_pack_judges_rails_and_skips_the_frontend_nic() -> None:
     rails = [roce_hca(f"mlx5_{index}", f"ens{index + 1}np0", NIC_ADDRESSES[index]) for index in range(2)]
     frontend = roce_hca("mlx5_2", "eno1", STORAGE_NIC_ADDRESS, numa_node=1)
     frontend.ca_type = "MT4127"              # ConnectX-6 Lx 25GbE
-    inventory = dgx_inventory(gpus=[gpu(0), gpu(1)], hcas=[*rails, frontend], topology=None)
+    inventory = dgx_h100(storage="cx7-ib", gpus=[gpu(0), gpu(1)], hcas=[*rails, frontend], topology=None)
     inventory.netdevs = [roce_netdev("ens1np0", "mlx5_0:1"), roce_netdev("ens2np0", "mlx5_1:1"),
                          roce_netdev("eno1", "mlx5_2:1", pfc=(), qos=False)]
-    findings = by_subject(run_check(pfc_ecn, CHECK, inventory, pack_rules(CHECK, "roce")))
+    findings = by_subject(run_check(pfc_ecn, CHECK, inventory, pack_name="roce"))
     assert [finding.status for finding in findings["ens1np0"]] == [Status.PASS]
     assert [finding.status for finding in findings["ens2np0"]] == [Status.PASS]
     assert [finding.status for finding in findings["eno1"]] == [Status.SKIP]

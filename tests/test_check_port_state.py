@@ -6,7 +6,7 @@ import copy
 from pathlib import Path
 
 from inventory_factory import dgx_h100, ib_hca, only, port_of, roce_node, run_check, site_pack, sources, statuses
-from netdoctor.checks.rules import load_rules
+from netdoctor.packs import load_rules
 from netdoctor.inventory.model import PhysState, PortState, SourceState
 from netdoctor.report.model import Status
 from netdoctor_plugins.port_state import port_state
@@ -232,7 +232,7 @@ def test_never_linked_port_next_to_an_active_sibling_is_not_cabled_by_design() -
 
 def test_sibling_on_another_pci_function_of_the_same_card_counts() -> None:
     # mlx5 gives each port of a dual-port card its own device: mlx5_8 (c0:00.0) and mlx5_9 (c0:00.1).
-    inventory = dgx_h100(storage=False)
+    inventory = dgx_h100(storage=None)
     for index, function in ((8, "0"), (9, "1")):
         hca = ib_hca(index)
         hca.pci_address, hca.sys_image_guid = f"0000:c0:00.{function}", None
@@ -256,7 +256,7 @@ def test_never_linked_storage_port_without_an_active_sibling_fails_where_rails_m
 
 
 def test_never_linked_is_not_by_design_when_no_port_of_the_node_is_up() -> None:
-    inventory = dgx_h100(storage=False)
+    inventory = dgx_h100(storage=None)
     for port in inventory.ports:
         port.state, port.phys_state = PortState.DOWN, PhysState.POLLING
         port.counters.update(link_downed=0, port_xmit_data=0, port_rcv_data=0)
@@ -298,14 +298,14 @@ def test_remedies_name_the_real_device() -> None:
 def test_virtual_function_is_skipped_when_its_physical_function_is_here() -> None:
     inventory = dgx_h100()
     vf = ib_hca(12)
-    vf.ca_type, vf.pci_address, vf.physical_function = "MT4126", "0000:18:00.1", inventory.hcas[0].pci_address
+    vf.ca_type, vf.pci_address, vf.physical_function = "MT4126", "0000:1a:00.1", inventory.hcas[0].pci_address
     vf.ports[1].state = PortState.DOWN
     inventory.hcas.append(vf)
     finding = only(run(inventory, pack_name="dgx-h100"), "mlx5_12:1")
     assert finding.status is Status.SKIP
-    assert finding.summary == ("DOWN/LinkUp; SR-IOV virtual function of 0000:18:00.0 (mlx5_0): judged through its "
+    assert finding.summary == ("DOWN/LinkUp; SR-IOV virtual function of 0000:1a:00.0 (mlx5_0): judged through its "
                                "physical function")
-    assert finding.evidence["physical_function"] == "0000:18:00.0"
+    assert finding.evidence["physical_function"] == "0000:1a:00.0"
     # A cloud VM sees VFs without their PF: they are the node's ports and are judged.
     inventory.hcas = [hca for hca in inventory.hcas if hca.name != "mlx5_0"]
     assert only(run(inventory, pack_name="dgx-h100"), "mlx5_12:1").status is Status.FAIL

@@ -6,7 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import pytest
 from netdoctor.checks.api import NEEDS, Check, CheckContext
 from netdoctor.checks.engine import run_checks, select_checks
 from netdoctor.checks.needs import NEED_JUDGES, gate
-from netdoctor.checks.registry import Registry
+from netdoctor.checks.registry import Registry, builtin_check_order
 from netdoctor.errors import UsageError
 from netdoctor.host.types import CommandResult, CommandSpec, CommandState
 from netdoctor.inventory.model import (
@@ -61,9 +61,12 @@ class FakePack:
 
 
 def _registry(*checks: Check) -> Registry:
+    """A registry of test checks; one named like a built-in takes the built-in's report order."""
+    builtin = builtin_check_order()
     registry = Registry()
     for item in checks:
-        registry.register(item)
+        order = builtin.index(item.id) if item.id in builtin else item.order
+        registry.register(replace(item, order=order))
     return registry
 
 

@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 
-from netdoctor.checks.api import CheckContext
 from netdoctor.checks.engine import run_checks
 from netdoctor.checks.registry import Registry
 from netdoctor.inventory.model import Gpu, Inventory, PcieLink, Topology
 from netdoctor.report.model import Finding, Status
 from netdoctor_plugins.nccl_probe import gpu_links, nccl_probe
-from tests.inventory_factory import CAPTURED_AT, h100_gpus, pack, sources
+from tests.inventory_factory import CAPTURED_AT, h100_gpus, pack, run_check, sources
 
 DEVICE = Path(__file__).parent / "data" / "device" / "nvidia-h200-x2"
 
@@ -33,10 +32,8 @@ def h200_inventory(*, active: int = 18, topology: Topology | None = None) -> Inv
 
 def judge(probe: dict[str, Any] | None, inventory: Inventory | None = None, pack_name: str = "default",
           overrides: dict[str, Any] | None = None) -> list[Finding]:
-    section = dict(pack(pack_name).section("nccl-probe"))
-    section.update(overrides or {})
-    context = CheckContext("nccl-probe", inventory or h200_inventory(), section, probe=probe)
-    return list(nccl_probe(context))
+    return run_check(nccl_probe, "nccl-probe", inventory or h200_inventory(), pack_name=pack_name,
+                     overrides=overrides, probe=probe)
 
 
 def test_healthy_two_h200_pass() -> None:

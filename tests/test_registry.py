@@ -11,14 +11,17 @@ from pathlib import Path
 import pytest
 
 from netdoctor.checks.api import Check, CheckContext
+from netdoctor.checks import check
 from netdoctor.checks.registry import (
     Registry,
+    builtin_check_order,
     checks_in_module,
     load_registry,
     unsafe_path_reason,
 )
 from netdoctor.errors import PluginError
-from netdoctor.report.model import CHECK_ORDER, Status
+from netdoctor.packs import load_rules
+from netdoctor.report.model import Status
 
 IS_ROOT = os.geteuid() == 0
 
@@ -40,12 +43,39 @@ def _plugin(directory: Path, name: str, check_id: str, body: str = "yield ctx.pa
     return path
 
 
-def test_order_is_contract_order_then_by_id() -> None:
+def test_order_is_declared_order_then_by_id() -> None:
     registry = Registry()
-    for check_id in ["zeta", "nccl-probe", "alpha", "port-state", "mtu", "link-speed"]:
-        registry.register(Check(check_id, "x", _noop))
+    for check_id, order in [("zeta", None), ("nccl-probe", 90), ("alpha", None), ("port-state", 10), ("mtu", 50),
+                            ("link-speed", 20)]:
+        registry.register(Check(check_id, "x", _noop, order=order))
     assert registry.ids() == ["port-state", "link-speed", "mtu", "nccl-probe", "alpha", "zeta"]
     assert [check.id for check in registry] == registry.ids()
+
+
+def test_check_decorator_carries_the_order() -> None:
+    @check("ordered-extra", "x", order=5)
+    def ordered(ctx: CheckContext) -> list:
+        return []
+
+    assert ordered.__netdoctor_check__.order == 5  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="order must be an integer"):
+        Check("bad-order", "x", _noop, order="10")  # type: ignore[arg-type]
+
+
+def test_a_plugin_file_with_a_bad_order_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    directory = tmp_path / "plugins"
+    directory.mkdir()
+    (directory / "bad.py").write_text(textwrap.dedent("""
+        from netdoctor.checks import check
+
+        @check("bad-order", "x", order="first")
+        def run(ctx):
+            return []
+    """))
+    registry = Registry()
+    registry.load_directory(directory, enforce_ownership=False)
+    assert registry.ids() == []
+    assert "order must be an integer" in registry.problems[0].message
 
 
 def test_builtin_plugins_load_and_are_in_order() -> None:
@@ -53,8 +83,12 @@ def test_builtin_plugins_load_and_are_in_order() -> None:
     registry.load_builtins()
     ids = registry.ids()
     assert len(ids) >= 1
-    stable = [check_id for check_id in ids if check_id in CHECK_ORDER]
-    assert stable == sorted(stable, key=CHECK_ORDER.index)
+    # The order reports have always listed the built-ins in, now declared on each check.
+    assert ids == ["port-state", "link-speed", "pcie-link", "error-counters", "mtu", "pfc-ecn", "gpudirect",
+                   "gpu-nic-affinity", "nccl-probe", "gpu-driver"]
+    orders = [check.order for check in registry]
+    assert None not in orders and len(set(orders)) == len(orders)
+    assert builtin_check_order() == tuple(ids)
     for check in registry:
         assert check.origin.startswith("netdoctor_plugins."), check.origin
         assert not registry.is_third_party(check.id)
@@ -117,7 +151,8 @@ def test_plugin_directory_loads_checks_with_file_origin(tmp_path: Path) -> None:
     assert check is not None
     assert check.origin == f"file {path}"
     assert registry.is_third_party("site-extra")
-    assert list(check.function(CheckContext("site-extra", None, {})))[0].status is Status.PASS  # type: ignore[arg-type]
+    context = CheckContext("site-extra", None, load_rules("default", env={}))  # type: ignore[arg-type]
+    assert list(check.function(context))[0].status is Status.PASS
 
 
 def test_broken_plugin_file_is_skipped_and_reported(tmp_path: Path) -> None:

@@ -8,14 +8,6 @@ from pathlib import Path
 import pytest
 
 from inventory_factory import dgx_h100, h100_gpus, ib_hca, port_of, roce_node
-from netdoctor.checks.rules import (
-    GpuProximity,
-    bundled_packs,
-    class_evidence,
-    classified_ports,
-    gpu_proximity,
-    load_rules,
-)
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import (
     Gpu,
@@ -30,6 +22,8 @@ from netdoctor.inventory.model import (
     SourceStatus,
     Topology,
 )
+from netdoctor.inventory.queries import GpuProximity, gpu_proximity
+from netdoctor.packs import bundled_packs, load_rules, match_reasons, pack_toml
 
 STRUCTURE = {"pack", "grade", "port-classes"}
 
@@ -84,11 +78,12 @@ def test_extends_merges_thresholds_and_keeps_the_childs_identity() -> None:
     assert pack.port_classes[0].expected_rate_gbps == 400.0 and pack.port_classes[0].expected_width == 4
 
 
-def test_section_of_an_absent_check_is_empty_and_knows_its_pack() -> None:
+def test_section_of_an_absent_check_is_empty_and_read_only() -> None:
     pack = load_rules("default", env={})
     section = pack.section("no-such-check")
     assert dict(section) == {}
-    assert section.pack is pack
+    with pytest.raises(TypeError):
+        pack.section("mtu")["ib_mtu"] = 2048  # type: ignore[index]
 
 
 def test_unknown_pack_name_is_a_rules_error_listing_the_bundled_ones() -> None:
@@ -231,7 +226,6 @@ def test_fast_ib_on_a_pcie_gpu_node_is_not_pcie_only() -> None:
 
 
 def test_match_reasons_say_which_fabric_count_failed() -> None:
-    from netdoctor.checks.rules import match_reasons
     roce = load_rules("roce", env={})
     holds, reasons = match_reasons(roce.data, roce.port_classes, l40s_node(ethernet_hca("mlx5_0", "MT4129", 400)))
     assert not holds
@@ -242,7 +236,6 @@ def test_match_reasons_say_which_fabric_count_failed() -> None:
 
 
 def test_virtual_functions_do_not_count_twice_as_fabric_ports() -> None:
-    from netdoctor.checks.rules import match_reasons
     pf = ethernet_hca("mlx5_0", "MT4129", 400)
     pf.pci_address = "0000:18:00.0"
     vf = ethernet_hca("mlx5_1", "MT4126", 400)
@@ -380,7 +373,7 @@ def topology_of(levels: dict[str, dict[str, str]]) -> Topology:
 
 def storage_ib_node() -> Inventory:
     """DGX H100 whose dual-port ConnectX-7 storage card runs InfiniBand (NDR200 2X), PCIe NODE to the GPUs."""
-    inventory = dgx_h100(storage=False)
+    inventory = dgx_h100(storage=None)
     for index in (8, 9):
         inventory.hcas.append(ib_hca(index, rate=LinkRate(200, 2, "NDR")))
     rows = {f"mlx5_{index}": {f"GPU{gpu}": ("PIX" if gpu == index else "NODE" if (gpu < 4) == (index < 4) else "SYS")
@@ -394,7 +387,7 @@ def storage_ib_node() -> Inventory:
 def test_near_gpu_keeps_ib_storage_ports_out_of_the_compute_rails() -> None:
     inventory = storage_ib_node()
     pack = load_rules("dgx-h100", env={})
-    classes = {port.name: port_class.name for _, port, port_class in classified_ports(inventory, pack.section("x"))}
+    classes = {port.name: port_class.name for _, port, port_class in pack.classified_ports(inventory)}
     assert classes == {**{f"mlx5_{index}:1": "compute" for index in range(8)},
                        "mlx5_8:1": "storage", "mlx5_9:1": "storage"}
     assert gpu_proximity(inventory, inventory.hcas[3]) == GpuProximity(True, "PIX to GPU3 in nvidia-smi topo -m")
@@ -403,9 +396,12 @@ def test_near_gpu_keeps_ib_storage_ports_out_of_the_compute_rails() -> None:
     # The class ignoring placement still calls the storage card a compute-class card (for gpu-nic-affinity).
     assert pack.port_class_ignoring_placement(inventory.hcas[8].ports[1], inventory.hcas[8]).name == "compute"
     storage_class = pack.port_class(inventory.hcas[8].ports[1], inventory.hcas[8], inventory)
-    assert class_evidence(inventory, inventory.hcas[8], storage_class) == {"port_class": "storage", "role": "storage"}
-    # Given the pack, the evidence says why the storage card is not a rail.
-    assert class_evidence(inventory, inventory.hcas[8], storage_class, pack.section("port-state")) == {
+    # A pack whose classes never ask for GPU proximity gives no proximity evidence.
+    management = load_rules("pcie-only", env={})
+    assert management.class_evidence(inventory, inventory.hcas[8], management.port_classes[0]) == {
+        "port_class": "management", "role": "management"}
+    # A pack that classes by placement says why the storage card is not a rail.
+    assert pack.class_evidence(inventory, inventory.hcas[8], storage_class) == {
         "port_class": "storage", "role": "storage",
         "gpu_proximity": "no GPU at PIX/PXB in nvidia-smi topo -m (only NODE, SYS)"}
 
@@ -423,7 +419,7 @@ def test_near_gpu_without_topology_falls_back_to_numa_and_says_so() -> None:
     assert far.near is False and far.basis.startswith("no GPU on NUMA node 3 (NUMA fallback: ")
     pack = load_rules("dgx-h100", env={})
     port_class = pack.port_class(inventory.hcas[0].ports[1], inventory.hcas[0], inventory)
-    assert class_evidence(inventory, inventory.hcas[0], port_class)["gpu_proximity"] == near.basis
+    assert pack.class_evidence(inventory, inventory.hcas[0], port_class)["gpu_proximity"] == near.basis
     # No NUMA facts either: cannot tell, and the first class (compute) takes the port.
     inventory.hcas[8].numa_node = None
     assert gpu_proximity(inventory, inventory.hcas[8]).near is None
@@ -445,58 +441,13 @@ def test_near_gpu_must_be_a_boolean(tmp_path: Path) -> None:
 def test_to_toml_round_trips_the_merged_pack(tmp_path: Path) -> None:
     site = write(tmp_path, "rules.toml", '[port-classes.spare]\nhca_names = ["mlx5_7"]\nrole = "unused"\n')
     pack = load_rules("dgx-h100", site_path=site, env={})
-    text = pack.to_toml()
+    text = pack_toml(pack)
     assert text.startswith("# rule pack: dgx-h100\n# selected: --rules dgx-h100, site overrides")
     assert tomllib.loads(text) == pack.data
     assert text.index("[pack]") < text.index("[grade]") < text.index("[port-classes.spare]") < text.index("[port-state]")
 
 
-class RecordingRules(dict):
-    """A rules mapping that records every key a check asks for."""
-
-    def __init__(self, values: dict, asked: set[str]) -> None:
-        super().__init__(values)
-        self.asked = asked
-
-    def get(self, key, default=None):  # type: ignore[override]
-        self.asked.add(key)
-        return super().get(key, default)
-
-
-def test_every_threshold_the_checks_read_is_in_the_default_pack() -> None:
-    from inventory_factory import history_of, roce_node
-    from netdoctor.checks.api import CheckContext
-    from netdoctor_plugins.error_counters import error_counters
-    from netdoctor_plugins.link_speed import link_speed
-    from netdoctor_plugins.mtu import mtu
-    from netdoctor_plugins.port_state import port_state
-
-    default = load_rules("default", env={})
-    # Nodes where every counter is high and grew, so every per-counter key is consulted.
-    inventories = []
-    for inventory in (dgx_h100(), roce_node()):
-        for port in inventory.ports:
-            port.counters = {name: 1000 for name in port.counters}
-            port.hw_counters = {name: 1000 for name in port.hw_counters}
-        inventories.append(inventory)
-    for check_id, function in (("port-state", port_state), ("link-speed", link_speed),
-                               ("error-counters", error_counters), ("mtu", mtu)):
-        asked: set[str] = set()
-        for inventory in inventories:
-            grown = history_of(inventory, changes={port.name: {**{name: 1 for name in port.counters},
-                                                             **{f"hw_counters/{name}": 1 for name in port.hw_counters}}
-                                                   for port in inventory.ports})
-            for history in (None, grown):
-                rules = RecordingRules(dict(default.section(check_id)), asked)
-                list(function(CheckContext(check_id, inventory, rules, history=history)))
-        missing = asked - set(default.section(check_id))
-        assert asked and not missing, f"{check_id} reads keys missing from default.toml: {sorted(missing)}"
-
-
 def test_a_site_pack_without_extends_stands_on_default_and_rejects_typos(tmp_path) -> None:
-    from netdoctor.checks.rules import load_rules
-    from netdoctor.errors import RulesError
-
     pack = tmp_path / "site.toml"
     pack.write_text('[pack]\nname = "site"\ndescription = "one threshold"\n[mtu]\nib_mtu = 2048\n')
     loaded = load_rules(str(pack), env={})

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory
+from netdoctor.packs.model import RulePack
 from netdoctor.report.model import Finding, Status
 
 T = TypeVar("T")
@@ -38,18 +39,27 @@ class Check:
     function: Callable[[CheckContext], Iterable[Finding]]
     needs: tuple[str, ...] = ()
     origin: str = "built-in"          # module or entry point it came from
+    # Where reports list the check: lower first; checks without one follow, by id.
+    order: int | None = None
 
     def __post_init__(self) -> None:
         unknown = [need for need in self.needs if need not in NEEDS]
         if unknown:
             raise ValueError(f"check {self.id!r} declares unknown needs {unknown}; known: {sorted(NEEDS)}")
+        if self.order is not None and (isinstance(self.order, bool) or not isinstance(self.order, int)):
+            raise ValueError(f"check {self.id!r}: order must be an integer, not {self.order!r}")
 
 
-def check(check_id: str, description: str, needs: tuple[str, ...] = ()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Mark a function as a check. The registry collects marked functions from plugin modules."""
+def check(check_id: str, description: str, needs: tuple[str, ...] = (),
+          order: int | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Mark a function as a check. The registry collects marked functions from plugin modules.
+
+    `order` places the check in reports (netdoctor.checks.registry sorts by it).
+    """
 
     def mark(function: Callable[..., Any]) -> Callable[..., Any]:
-        function.__netdoctor_check__ = Check(check_id, description, function, tuple(needs), origin=function.__module__)  # type: ignore[attr-defined]
+        declared = Check(check_id, description, function, tuple(needs), origin=function.__module__, order=order)
+        function.__netdoctor_check__ = declared  # type: ignore[attr-defined]
         return function
 
     return mark
@@ -76,16 +86,26 @@ def majority(counts: Counter[T], *, prefer: Callable[[T], Any] = lambda value: v
 
 @dataclass
 class CheckContext:
-    """What a check function receives. `rules` is the pack section of this check."""
+    """What a check function receives: the rule pack in force (`pack`: its port classes and
+    every section) and this check's own section of it (`rules`)."""
 
     check_id: str
     inventory: Inventory
-    rules: Mapping[str, Any]
+    pack: RulePack
     history: CounterHistory | None = None
     probe: Mapping[str, Any] | None = None
+    rules: Mapping[str, Any] = field(init=False)
 
-    def rule(self, key: str, default: Any = None) -> Any:
-        return self.rules.get(key, default)
+    def __post_init__(self) -> None:
+        self.rules = self.pack.section(self.check_id)
+
+    def rule(self, key: str) -> Any:
+        """A setting of this check's pack section. Thresholds live only in rule packs: a key the
+        pack lacks is a RulesError (rules/default.toml has every key a built-in check reads)."""
+        try:
+            return self.rules[key]
+        except KeyError:
+            raise RulesError(f"rule pack {self.pack.name!r} has no setting [{self.check_id}] {key}") from None
 
     def finding(self, status: Status, subject: str, summary: str = "", *, evidence: dict[str, Any] | None = None,
                 remedy: str | None = None, rule: str | None = None) -> Finding:
@@ -106,9 +126,9 @@ class CheckContext:
     def skip(self, subject: str, summary: str, **kwargs: Any) -> Finding:
         return self.finding(Status.SKIP, subject, summary, **kwargs)
 
-    def severity(self, key: str, default: str) -> Status:
+    def severity(self, key: str) -> Status:
         """A status the rule pack sets (`low_width_severity = "fail"`); anything but a judged status is a RulesError."""
-        value = self.rule(key, default)
+        value = self.rule(key)
         if value not in JUDGED_STATUSES:
             raise RulesError(f"[{self.check_id}] {key} = {value!r}: expected one of {sorted(JUDGED_STATUSES)}")
         return Status(value)

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -24,20 +24,10 @@ from netdoctor.checks.needs import gate
 from netdoctor.checks.registry import Registry
 from netdoctor.errors import UsageError
 from netdoctor.inventory.model import Inventory
+from netdoctor.packs.model import RulePack
 from netdoctor.report.model import STATUS_SEVERITY, CheckOutcome, Finding, Status
 
 log = structlog.get_logger(__name__)
-
-
-class RulesView(Protocol):
-    """What the runner needs of a rule pack (netdoctor.checks.rules.RulePack)."""
-
-    @property
-    def required(self) -> frozenset[str]: ...
-
-    def section(self, check_id: str) -> Mapping[str, Any]: ...
-
-    def is_shadow(self, check_id: str, rule: str | None = None) -> bool: ...
 
 
 def select_checks(registry: Registry, only: Sequence[str] | None = None,
@@ -93,7 +83,7 @@ def _worst(findings: list[Finding]) -> Status:
     return max((finding.status for finding in graded), key=STATUS_SEVERITY.__getitem__, default=Status.SKIP)
 
 
-def run_checks(inventory: Inventory, pack: RulesView, registry: Registry, *,
+def run_checks(inventory: Inventory, pack: RulePack, registry: Registry, *,
                only: Sequence[str] | None = None, skip: Sequence[str] | None = None,
                history: CounterHistory | None = None, probe: Mapping[str, Any] | None = None,
                deadline: float, debug: bool = False) -> tuple[list[Finding], list[CheckOutcome]]:
@@ -111,7 +101,7 @@ def run_checks(inventory: Inventory, pack: RulesView, registry: Registry, *,
             status, reason, need = verdict
             gated[check.id] = Finding(check.id, status, "node", reason, evidence={"need": need})
             continue
-        context = CheckContext(check.id, inventory, pack.section(check.id), history=history, probe=probe)
+        context = CheckContext(check.id, inventory, pack, history=history, probe=probe)
         envelope = _Envelope(check, started=time.monotonic())
         worker = threading.Thread(target=envelope.run, args=(context,), name=f"check:{check.id}", daemon=True)
         envelopes.append(envelope)

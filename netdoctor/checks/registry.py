@@ -15,6 +15,7 @@ as a `PluginProblem`, which the runner reports as an `unknown` finding of check 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.metadata
@@ -33,7 +34,7 @@ import structlog
 
 from netdoctor.checks.api import Check
 from netdoctor.errors import PluginError
-from netdoctor.report.model import CHECK_ORDER, Finding, Status
+from netdoctor.report.model import Finding, Status
 
 log = structlog.get_logger(__name__)
 
@@ -55,14 +56,13 @@ class PluginProblem:
                        evidence={"plugin": self.subject})
 
 
-def _sort_key(check_id: str) -> tuple[int, str]:
-    if check_id in CHECK_ORDER:
-        return (CHECK_ORDER.index(check_id), "")
-    return (len(CHECK_ORDER), check_id)
+def _sort_key(check: Check) -> tuple[bool, int, str]:
+    """Report order: checks that declare an `order` by it, then the others by id."""
+    return (check.order is None, check.order or 0, check.id)
 
 
 class Registry:
-    """Checks by id, each with its origin; iteration follows the deterministic report order."""
+    """Checks by id, each with its origin; iteration follows the report order (`Check.order`)."""
 
     def __init__(self) -> None:
         self._checks: dict[str, Check] = {}
@@ -191,7 +191,7 @@ class Registry:
         return [self._checks[check_id] for check_id in self.ids()]
 
     def ids(self) -> list[str]:
-        return sorted(self._checks, key=_sort_key)
+        return [check.id for check in sorted(self._checks.values(), key=_sort_key)]
 
     def get(self, check_id: str) -> Check | None:
         return self._checks.get(check_id)
@@ -265,6 +265,15 @@ def _unsafe_mode(path: Path, info: os.stat_result, *, allow_sticky: bool) -> str
             "group" if writable & stat.S_IWGRP else "other")
         return f"{path} is writable by {who} (mode {stat.S_IMODE(info.st_mode):04o})"
     return None
+
+
+@functools.cache
+def builtin_check_order() -> tuple[str, ...]:
+    """The built-in check ids in report order, for views that order checks without a registry
+    of their own (the fleet report)."""
+    registry = Registry()
+    registry.load_builtins()
+    return tuple(registry.ids())
 
 
 def load_registry(plugin_dirs: Sequence[Path] = (), *, system_dir: Path | None = SYSTEM_PLUGIN_DIR,

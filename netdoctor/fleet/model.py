@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from netdoctor.report.model import CHECK_ORDER, STATUS_SEVERITY
+from netdoctor.checks.registry import builtin_check_order
+from netdoctor.report.model import STATUS_SEVERITY
 
 REPORT_SCHEMA_PREFIX = "netdoctor.report/"
 
@@ -28,6 +29,7 @@ _WARN_SEVERITY = _STATUS_SEVERITY["warn"]
 
 # The fleet report lists checks in the contract's order (others alphabetically) and breaks
 # ties of the top finding by it.
+CHECK_ORDER = builtin_check_order()
 _CHECK_POSITION = {check: position for position, check in enumerate(CHECK_ORDER)}
 
 

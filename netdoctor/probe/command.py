@@ -129,7 +129,7 @@ def probe_command(gpus: str | None, engine: str, budget_s: float, output_format:
     """The body of `netdoctor probe`; returns the exit code (0 pass, 1 warn, 2 fail, 3 unknown)."""
     from netdoctor.checks.engine import run_checks
     from netdoctor.checks.registry import Registry
-    from netdoctor.checks.rules import load_rules
+    from netdoctor.packs import load_rules
     from netdoctor.report.render import emit, render
 
     if snapshot is not None:

@@ -28,19 +28,6 @@ class Grade(enum.StrEnum):
 
 _EXIT_CODES = {Grade.PASS: 0, Grade.WARN: 1, Grade.FAIL: 2, Grade.UNKNOWN: 3}
 
-# The contract's stable check ids, in the order reports list them; other checks follow by id.
-CHECK_ORDER = (
-    "port-state",
-    "link-speed",
-    "pcie-link",
-    "error-counters",
-    "mtu",
-    "pfc-ecn",
-    "gpudirect",
-    "gpu-nic-affinity",
-    "nccl-probe",
-)
-
 # Display/sort order, worst first. `unknown` sits between fail and warn as in the grade rule.
 STATUS_SEVERITY = {Status.FAIL: 4, Status.UNKNOWN: 3, Status.WARN: 2, Status.PASS: 1, Status.SKIP: 0}
 

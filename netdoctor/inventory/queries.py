@@ -1,0 +1,89 @@
+"""Questions about one inventory that several checks (and pack selection) ask.
+
+Pure functions of the inventory model: where an HCA sits relative to the GPUs, which RDMA
+device is an SR-IOV VF's physical function, and why a source gave no fact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from netdoctor.inventory.model import Hca, Inventory
+
+# PCIe distances from `nvidia-smi topo -m` that put a NIC next to a GPU: at most one bridge
+# (PIX) or several bridges of one PCIe switch tree (PXB), never through the CPU's root complex.
+NEAR_GPU_LEVELS = ("PIX", "PXB")
+
+
+@dataclass(frozen=True)
+class GpuProximity:
+    """Whether an HCA sits next to a GPU, and on what evidence (`basis`, for findings)."""
+
+    near: bool | None          # None: cannot be told
+    basis: str
+
+
+def gpu_proximity(inventory: Inventory, hca: Hca) -> GpuProximity:
+    """Is `hca` PIX or PXB to at least one GPU in `nvidia-smi topo -m`?
+
+    Without a usable matrix (nvidia-smi missing or hung, no NIC legend, the HCA not in it)
+    the fallback is weaker: the HCA shares a NUMA node with a GPU. On a two-socket node with
+    GPUs on both sockets every NIC passes it, so the basis says which one was used.
+    """
+    topology = inventory.topology
+    if topology is None:
+        why = f"no nvidia-smi topo -m matrix ({inventory.source('nvidia-smi-topo-m').reason()})"
+    elif not topology.nic_names:
+        why = "nvidia-smi topo -m printed no NIC legend"
+    else:
+        label = topology.nic_label(hca.name)
+        levels = {gpu: topology.link(gpu, label) for gpu in topology.gpus} if label else {}
+        known = {gpu: level for gpu, level in levels.items() if level is not None}
+        if known:
+            near = [gpu for gpu, level in known.items() if level in NEAR_GPU_LEVELS]
+            if near:
+                return GpuProximity(True, f"{known[near[0]]} to {near[0]} in nvidia-smi topo -m")
+            summary = ", ".join(sorted(set(known.values())))
+            return GpuProximity(False, f"no GPU at PIX/PXB in nvidia-smi topo -m (only {summary})")
+        why = f"{hca.name} is not in the nvidia-smi topo -m matrix"
+    if not inventory.gpus:
+        return GpuProximity(None, f"no GPUs known and {why}")
+    gpu_nodes = {gpu.numa_node for gpu in inventory.gpus if gpu.numa_node is not None}
+    if hca.numa_node is None or not gpu_nodes:
+        return GpuProximity(None, f"{why}, and the NUMA node of {hca.name} or of the GPUs is unknown")
+    sharing = [gpu.label for gpu in sorted(inventory.gpus, key=lambda gpu: gpu.index)
+               if gpu.numa_node == hca.numa_node]
+    if sharing:
+        return GpuProximity(True, f"NUMA node {hca.numa_node} shared with {sharing[0]} "
+                                  f"(NUMA fallback: {why})")
+    return GpuProximity(False, f"no GPU on NUMA node {hca.numa_node} (NUMA fallback: {why})")
+
+
+def physical_function(inventory: Inventory, hca: Hca) -> Hca | None:
+    """The RDMA device of an SR-IOV VF's physical function, when this node has it.
+
+    A VF shares its PF's physical link (its port state follows the PF and the vport, its
+    PCIe link is the PF's): such a VF is judged through its PF. A VF whose PF is not an RDMA
+    device here (a cloud VM sees only VFs, and no `physfn` link) is judged itself.
+    """
+    if hca.physical_function is None:
+        return None
+    return next((other for other in inventory.hcas
+                 if other is not hca and other.pci_address == hca.physical_function), None)
+
+
+def virtual_function_note(inventory: Inventory, hca: Hca) -> str | None:
+    """The skip sentence for a VF judged through its PF, or None when `hca` is judged itself."""
+    parent = physical_function(inventory, hca)
+    if parent is None:
+        return None
+    return (f"SR-IOV virtual function of {hca.physical_function} ({parent.name}): judged through its "
+            "physical function")
+
+
+def unavailable_reason(inventory: Inventory, *source_names: str) -> str:
+    """Why none of these sources gave a fact: `ibstat is not available; sysfs failed: ...`."""
+    reasons = [inventory.source(name).reason() for name in source_names if not inventory.source(name).usable]
+    if reasons:
+        return "; ".join(reasons)
+    return f"not reported by {' or '.join(source_names)}"

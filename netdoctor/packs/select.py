@@ -1,0 +1,171 @@
+"""Which rule pack is in force: an explicit name or path, else auto-selection.
+
+Auto-selection: every bundled pack whose `[pack.match]` holds for the inventory is a
+candidate and the highest `priority` wins (ties: the alphabetically first name, so the
+choice is deterministic). `match_reasons` says what held, for `netdoctor rules`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from netdoctor.errors import RulesError
+from netdoctor.inventory.model import Inventory, Port, PortState
+from netdoctor.inventory.queries import physical_function
+from netdoctor.packs.load import DEFAULT_PACK, RULES_PACKAGE, bundled_packs, load_pack, read_pack
+from netdoctor.packs.model import PortClass, RulePack
+
+log = structlog.get_logger(__name__)
+
+
+def _compute_link_layers(inventory: Inventory, classes: list[PortClass]) -> set[str]:
+    """The most common link layer of the ports a pack would class as compute (or leave unclassed)."""
+    layers: Counter[str] = Counter()
+    for hca in inventory.hcas:
+        for port in hca.ports.values():
+            port_class = next((item for item in classes if item.matches(port, hca, inventory)), None)
+            if port_class is not None and port_class.role != "compute":
+                continue
+            if port.link_layer is not None:
+                layers[str(port.link_layer)] += 1
+    if not layers:
+        return set()
+    top = max(layers.values())
+    return {layer for layer, count in layers.items() if count == top}
+
+
+def _fabric_ports(match: Mapping[str, Any], inventory: Inventory) -> list[Port]:
+    """The RDMA ports that could carry a GPU fabric, for `min_fabric_ports`/`max_fabric_ports`.
+
+    A port counts when it has the match's `link_layer` and its HCA one of the match's
+    `hca_types` (where given), and it runs at `min_port_rate_gbps` or more. A port that is
+    not ACTIVE reports a placeholder rate (40 on a down 400G port), so it counts by its HCA
+    type alone, and only when the match names `hca_types`. The pack's port classes are not
+    consulted: a pack that classes every port as management must still be told apart from a
+    node with a real fabric. SR-IOV VFs whose physical function is here are not counted twice.
+    """
+    layer = match.get("link_layer")
+    types = match.get("hca_types")
+    minimum = match.get("min_port_rate_gbps")
+    counted: list[Port] = []
+    for hca in inventory.hcas:
+        if physical_function(inventory, hca) is not None:
+            continue
+        if types is not None and hca.ca_type not in types:
+            continue
+        for port in hca.ports.values():
+            if layer is not None and (port.link_layer is None or str(port.link_layer).lower() != layer.lower()):
+                continue
+            if minimum is not None:
+                if port.state is not PortState.ACTIVE:
+                    if types is None:
+                        continue
+                elif port.rate is None or port.rate.gbps is None or port.rate.gbps < minimum:
+                    continue
+            counted.append(port)
+    return counted
+
+
+def _describe_fabric_filter(match: Mapping[str, Any]) -> str:
+    parts = []
+    if "link_layer" in match:
+        parts.append(str(match["link_layer"]))
+    if "min_port_rate_gbps" in match:
+        parts.append(f">= {match['min_port_rate_gbps']:g} Gb/s")
+    if "hca_types" in match:
+        parts.append(f"on {'/'.join(match['hca_types'])}")
+    return " ".join(["RDMA ports", *parts])
+
+
+def match_reasons(data: Mapping[str, Any], classes: list[PortClass], inventory: Inventory) -> tuple[bool, list[str]]:
+    """Whether a pack's `[pack.match]` holds for this inventory, and what held (or first failed)."""
+    match = data.get("pack", {}).get("match", {})
+    held: list[str] = []
+    if "gpu_name" in match:
+        pattern = re.compile(match["gpu_name"])
+        names = [gpu.name for gpu in inventory.gpus if gpu.name]
+        hit = next((name for name in names if pattern.search(name)), None)
+        if hit is None:
+            return False, [f"no GPU name matches {match['gpu_name']!r}"]
+        held.append(f"GPU {hit!r} matches {match['gpu_name']!r}")
+    if "hca_types" in match:
+        types = sorted({hca.ca_type for hca in inventory.hcas if hca.ca_type})
+        hit_types = [ca_type for ca_type in types if ca_type in match["hca_types"]]
+        if not hit_types:
+            return False, [f"no HCA of type {', '.join(match['hca_types'])} (have {', '.join(types) or 'none'})"]
+        held.append(f"HCA type {', '.join(hit_types)}")
+    if "link_layer" in match:
+        layers = _compute_link_layers(inventory, classes)
+        if match["link_layer"] not in layers:
+            return False, [f"compute ports are not {match['link_layer']} (have {', '.join(sorted(layers)) or 'none'})"]
+        held.append(f"compute ports are {match['link_layer']}")
+    if "min_gpus" in match:
+        if len(inventory.gpus) < match["min_gpus"]:
+            return False, [f"{len(inventory.gpus)} GPUs, fewer than {match['min_gpus']}"]
+        held.append(f"{len(inventory.gpus)} GPUs")
+    if "has_rdma" in match:
+        has_rdma = bool(inventory.ports)
+        if has_rdma != match["has_rdma"]:
+            return False, ["node has RDMA ports" if has_rdma else "node has no RDMA ports"]
+        held.append("has RDMA ports" if has_rdma else "no RDMA ports")
+    if "min_fabric_ports" in match or "max_fabric_ports" in match:
+        count = len(_fabric_ports(match, inventory))
+        what = _describe_fabric_filter(match)
+        if "min_fabric_ports" in match and count < match["min_fabric_ports"]:
+            return False, [f"{count} {what}, fewer than {match['min_fabric_ports']}"]
+        if "max_fabric_ports" in match and count > match["max_fabric_ports"]:
+            return False, [f"{count} {what}, more than {match['max_fabric_ports']}"]
+        held.append(f"{count} {what}")
+    return True, held
+
+
+
+def _auto_select(inventory: Inventory | None) -> tuple[Path, str]:
+    packs = bundled_packs()
+    if DEFAULT_PACK not in packs:
+        raise RulesError(f"the bundled default rule pack is missing from {RULES_PACKAGE}")
+    if inventory is None:
+        return packs[DEFAULT_PACK], "default (no inventory to match packs against)"
+    candidates: list[tuple[int, str, list[str]]] = []
+    for name, path in packs.items():
+        data, _files, classes = read_pack(path)
+        holds, reasons = match_reasons(data, classes, inventory)
+        if holds:
+            candidates.append((int(data["pack"].get("priority", 0)), name, reasons))
+        else:
+            log.debug("rule pack does not match", pack=name, reason="; ".join(reasons))
+    if not candidates:
+        return packs[DEFAULT_PACK], "default (no other pack matches)"
+    candidates.sort(key=lambda item: (-item[0], item[1]))
+    priority, name, reasons = candidates[0]
+    why = "; ".join(reasons) if reasons else "matches every node"
+    return packs[name], f"auto-selected {name} (priority {priority}): {why}"
+
+
+
+def load_rules(selector: str | None, inventory: Inventory | None = None, *, site_path: Path | None = None,
+               env: Mapping[str, str] | None = None) -> RulePack:
+    """The rule pack in force: explicit (`selector` = bundled name or .toml path) or auto-selected.
+
+    Site overrides are merged over it (netdoctor.packs.load.load_pack). Raises RulesError
+    with the file and key on any problem.
+    """
+    packs = bundled_packs()
+    if selector is None:
+        path, reason = _auto_select(inventory)
+    elif selector in packs:
+        path, reason = packs[selector], f"--rules {selector}"
+    elif selector.endswith(".toml") or os.sep in selector:
+        path, reason = Path(selector), f"--rules {selector}"
+        if not path.is_file():
+            raise RulesError(f"rule pack file {path} does not exist")
+    else:
+        raise RulesError(f"unknown rule pack {selector!r}; bundled packs: {', '.join(packs)} (or give a .toml path)")
+    return load_pack(path, reason, site_path=site_path, env=env)
