@@ -62,12 +62,14 @@ def test_a_gpu_only_plan_runs_no_rdma_tool() -> None:
     assert inventory.hcas   # sysfs is always read: it is where devices are found at all
 
 
-def test_a_plan_for_counters_runs_perfquery_but_not_mlnx_qos() -> None:
-    with open_snapshot(NODES / "dgx-h100") as source:
-        inventory = build_inventory(source, needs=frozenset({"counters"}))
-    assert any(name.startswith("perfquery-x-") for name in inventory.sources)
-    assert not any(name.startswith("mlnx_qos-") for name in inventory.sources)
-    assert inventory.source("ibstat").state is SourceState.OK
+def test_mlnx_qos_runs_only_for_roce_needs() -> None:
+    def tools(needs: frozenset[str]) -> set[str]:
+        with open_snapshot(NODES / "roce-h100") as source:
+            inventory = build_inventory(source, needs=needs)
+        return {name.split("-", 1)[0] for name, status in inventory.sources.items() if status.state is not SourceState.NOT_RUN}
+
+    assert "mlnx_qos" in tools(frozenset({"roce"}))
+    assert "mlnx_qos" not in tools(frozenset({"rdma"})) and "ibstat" in tools(frozenset({"rdma"}))
 
 
 def test_no_needs_plans_everything_but_an_unasked_fabric_scan() -> None:
@@ -81,3 +83,12 @@ def test_discovery_needs() -> None:
     assert discovery_needs([checks["pfc-ecn"]], rules=None) == {"roce", "gpus", "rdma"}
     # A check that declares no needs may read anything.
     assert discovery_needs([checks["pfc-ecn"], checks["gpu-driver"]], rules="roce") is None
+
+
+def test_a_live_only_row_is_not_run_on_a_snapshot() -> None:
+    from netdoctor.host.sources import Source
+    from netdoctor.inventory.plan import LIVE_ONLY
+
+    row = Source("dmesg", ("dmesg",), "netdoctor.parsers.ibstat:parse_ibstat", in_snapshot=False)
+    assert Plan.of(None, fabric_scan=False, is_snapshot=True).why_not(row) == LIVE_ONLY
+    assert Plan.of(None, fabric_scan=False, is_snapshot=False).why_not(row) is None

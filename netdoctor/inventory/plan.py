@@ -2,7 +2,7 @@
 
 `needs` None collects everything (`netdoctor discover`, `capture`, a full `check`);
 otherwise only the rows serving one of those needs (the union of the selected checks'
-needs): `check --only gpudirect` runs no perfquery or mlnx_qos. A row left out is recorded
+needs): `check --only mtu` runs no mlnx_qos. A row left out is recorded
 as a NOT_RUN source with the reason, so the needs gate can still say why a fact is missing.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from netdoctor.host.sources import SOURCES, Scope, Source
+from netdoctor.host.sources import SOURCES, SOURCES_BY_NAME, Scope, Source
 from netdoctor.host.types import CommandSpec
 from netdoctor.inventory.model import Inventory, LinkLayer
 
@@ -77,7 +77,7 @@ class Plan:
         return None
 
     def wants(self, name: str) -> bool:
-        return next(self.why_not(row) is None for row in SOURCES if row.name == name)
+        return self.why_not(SOURCES_BY_NAME[name]) is None
 
     def left_out(self) -> Iterator[tuple[str, str]]:
         """(row name, reason) for each node-wide row this plan does not collect."""
