@@ -135,7 +135,7 @@ def gpus_from_pci_bus(draft: Draft) -> None:
         gpu.name = gpu.name or NVIDIA_GPU_MODELS.get(device_id)
         gpu.pci_address = gpu.pci_address or address
         gpu.sources += ("sysfs",)
-    # numa_node and the sysfs PCIe link are filled by join(), as for NVML GPUs.
+    # numa_node and the sysfs PCIe link are filled by the final join (build._join), as for NVML GPUs.
 
 
 def read_peer_memory(draft: Draft) -> None:
