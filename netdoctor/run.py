@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import structlog
 
 from netdoctor import __version__
-from netdoctor.checks.api import CounterHistory
+from netdoctor.checks.api import Check, CounterHistory
 from netdoctor.checks.engine import run_checks, select_checks
 from netdoctor.checks.registry import Registry, load_registry
 from netdoctor.errors import NetdoctorError, UsageError
@@ -45,6 +45,8 @@ RESERVE_S = 1.0
 # Third-party plugin imports get this long (a quarter of a short --deadline) before the
 # run goes on with the built-in checks alone.
 PLUGIN_LOAD_S = 2.0
+# What an auto-selected rule pack's [pack.match] reads (see discovery_needs).
+AUTO_PACK_NEEDS = frozenset({"gpus", "rdma"})
 
 T = TypeVar("T")
 
@@ -130,16 +132,33 @@ def _load_plugins(plugin_dirs: tuple[Path, ...], wait_s: float) -> Registry:
         return registry
 
 
-def discover(source: NodeSource, *, deadline: float, fabric_scan: bool | None = None) -> Inventory:
-    """build_inventory bounded by `deadline`; raises DiscoveryTimeout when it did not finish."""
+def discover(source: NodeSource, *, deadline: float, fabric_scan: bool | None = None,
+             needs: frozenset[str] | None = None) -> Inventory:
+    """build_inventory bounded by `deadline`; raises DiscoveryTimeout when it did not finish.
+
+    `needs`: collect only the sources serving these check needs (None: everything).
+    """
     from netdoctor.inventory.build import build_inventory
 
     try:
         # A little grace past the tool deadline: tools are killed at it, parsing follows.
         return _call_with_deadline(
-            "discovery", lambda: build_inventory(source, deadline=deadline, fabric_scan=fabric_scan), deadline + 0.3)
+            "discovery", lambda: build_inventory(source, deadline=deadline, fabric_scan=fabric_scan, needs=needs),
+            deadline + 0.3)
     except _Timeout:
         raise DiscoveryTimeout("discovery did not finish before the deadline") from None
+
+
+def discovery_needs(selected: list[Check], rules: str | None) -> frozenset[str] | None:
+    """What discovery must serve for these checks; None (everything) when one declares no needs.
+
+    A check without needs may read any fact. An auto-selected rule pack matches on GPU
+    names and counts and on HCA types, link layers and port rates.
+    """
+    if any(not check.needs for check in selected):
+        return None
+    needs = frozenset(need for check in selected for need in check.needs)
+    return needs | AUTO_PACK_NEEDS if rules is None else needs
 
 
 def run_check(options: CheckOptions, *, source: NodeSource | None = None, registry: Registry | None = None,
@@ -171,7 +190,8 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         options.snapshot, tool_timeout_s=min(TOOL_TIMEOUT_S, max(0.5, discovery_s)))
     with opened as node:
         try:
-            inventory = discover(node, deadline=discovery_deadline, fabric_scan=options.fabric_scan)
+            inventory = discover(node, deadline=discovery_deadline, fabric_scan=options.fabric_scan,
+                                 needs=discovery_needs(selected, options.rules))
         except DiscoveryTimeout as error:
             log.warning("discovery timed out", deadline_s=round(discovery_s, 2))
             return _undiscovered_report(node.host, started_at, start, options, registry,

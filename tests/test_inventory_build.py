@@ -150,3 +150,24 @@ def test_live_capture_reproduces_the_inventory(tmp_path: Path, monkeypatch: pyte
         data.pop("sources")   # durations differ between a live run and its replay
     assert captured_json == live_json
     assert len(captured.hcas) == 10 and captured.hcas[0].ports[1].counters
+
+
+def test_merge_keeps_the_first_value_and_records_each_difference(tmp_path: Path) -> None:
+    from netdoctor.inventory.merge import Draft
+    from netdoctor.inventory.model import Hca, LinkRate, Port
+
+    with open_snapshot(_snapshot(tmp_path / "snap")) as source:
+        draft = Draft(source)
+    hca = Hca(name="mlx5_0", firmware="28.39.1002", sources=("sysfs",))
+    draft.merge(hca, {"firmware": "28.40.1000", "board_id": "MT_0000000838", "node_guid": None}, "ibstat", "mlx5_0")
+    assert (hca.firmware, hca.board_id, hca.node_guid) == ("28.39.1002", "MT_0000000838", None)
+    (conflict,) = draft.inventory.conflicts
+    assert (conflict.subject, conflict.fact, conflict.values, conflict.chosen) == (
+        "mlx5_0", "firmware", {"sysfs": "28.39.1002", "ibstat": "28.40.1000"}, "sysfs")
+    # A rate is combined: facts the first source lacked fill in; only the total or width conflicts.
+    port = Port(hca="mlx5_0", number=1, rate=LinkRate(gbps=400.0), sources=("sysfs",))
+    draft.merge(port, {"rate": LinkRate(gbps=400.0, width=4, speed="NDR", lane_gbps=100.0)}, "ibv_devinfo-v", "mlx5_0:1")
+    assert port.rate == LinkRate(gbps=400.0, width=4, speed="NDR", lane_gbps=100.0) and len(draft.inventory.conflicts) == 1
+    draft.merge(port, {"rate": LinkRate(gbps=200.0, width=4)}, "ibstat", "mlx5_0:1")
+    assert port.rate.gbps == 400.0 and draft.inventory.conflicts[-1].values == {"sysfs": port.rate.describe(),
+                                                                                  "ibstat": LinkRate(gbps=200.0, width=4).describe()}

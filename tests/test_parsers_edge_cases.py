@@ -9,21 +9,16 @@ import pytest
 from netdoctor.errors import NothingToParse, ParseError
 from netdoctor.inventory.model import LinkLayer, LinkRate, PhysState, PortState
 from netdoctor.parsers import (
-    parse_ethtool_stats,
     parse_ibdev2netdev,
     parse_iblinkinfo,
-    parse_ibqueryerrors,
     parse_ibstat,
     parse_ibstat_output,
-    parse_ibstatus,
     parse_ibv_devinfo,
     parse_mlnx_qos,
     parse_mlnx_qos_all,
     parse_nvidia_smi_topo,
     parse_nvidia_smi_topo_matrix,
-    parse_nvidia_smi_topo_p2p,
     parse_perfquery,
-    parser_for_command,
 )
 from netdoctor.parsers.common import is_paste_noise, normalize_guid, screen_tool_errors
 from netdoctor.parsers.sysfs_values import (
@@ -166,7 +161,7 @@ def test_paste_noise() -> None:
         assert not is_paste_noise(line), line
 
 
-# --- ibstat / ibstatus -----------------------------------------------------------------------
+# --- ibstat -----------------------------------------------------------------------------
 
 IBSTAT_TABS = (
     "CA 'mlx5_0'\n\tCA type: MT4129\n\tNumber of ports: 1\n\tFirmware version: 28.39.1002\n"
@@ -237,16 +232,6 @@ def test_ibstat_empty_and_noise_only() -> None:
         parse_ibstat("\n  \n$ ibstat\n")
     with pytest.raises(ParseError, match="not recognised"):
         parse_ibstat("hello world\n")
-
-
-def test_ibstatus_junk_and_state() -> None:
-    text = ("Infiniband device 'mlx5_0' port 1 status:\n\tdefault gid:\t fe80::1\n\tbase lid:\t 0x0\n\tsm lid:\t\t 0x0\n"
-            "\tstate:\t\t 1: DOWN\n\tphys state:\t 3: Disabled\n\trate:\t\t 40 Gb/sec (4X QDR)\n\tlink_layer:\t Ethernet\n")
-    (port,) = parse_ibstatus(text)
-    assert (port.state, port.phys_state, port.link_layer) == (PortState.DOWN, PhysState.DISABLED, LinkLayer.ETHERNET)
-    with pytest.raises(ParseError) as caught:
-        parse_ibstatus(text.replace("\trate:", "\tspeed:"))
-    assert caught.value.line_number == 7
 
 
 # --- ibv_devinfo -----------------------------------------------------------------------------
@@ -325,7 +310,7 @@ def test_iblinkinfo_large_fabric_is_fast() -> None:
     assert elapsed < 1.0, f"parse took {elapsed:.2f} s"
 
 
-# --- perfquery / ibqueryerrors ----------------------------------------------------------------
+# --- perfquery ----------------------------------------------------------------
 
 def test_perfquery_basic_block_and_errors() -> None:
     text = ("# Port counters: Lid 5 port 1 (CapMask: 0x1600)\nPortSelect:......................1\n"
@@ -343,17 +328,7 @@ def test_perfquery_basic_block_and_errors() -> None:
                         "perfquery: iberror: failed: Failed to open '(null)' port '0'\n")
 
 
-def test_ibqueryerrors() -> None:
-    text = ('Errors for 0x0002c90300000001 "SW1"\n'
-            "   GUID 0x0002c90300000001 port 1: [SymbolErrorCounter == 250] [LinkDownedCounter == 3]\n"
-            "## Summary: 20 nodes checked, 1 bad nodes found\n")
-    (port,) = parse_ibqueryerrors(text)
-    assert (port.guid, port.port, port.node_description, port.counters) == (
-        "0x0002c90300000001", 1, "SW1", {"SymbolErrorCounter": 250, "LinkDownedCounter": 3})
-    assert parse_ibqueryerrors("## Summary: 20 nodes checked, 0 bad nodes found\n") == []
-
-
-# --- mlnx_qos / ethtool ------------------------------------------------------------------------
+# --- mlnx_qos ------------------------------------------------------------------------
 
 QOS = ("DCBX mode: OS controlled\nPriority trust state: pcp\nCable len: 7\nPFC configuration:\n"
        "\tpriority    0   1   2   3   4   5   6   7\n\tenabled     {enabled}\n"
@@ -379,14 +354,6 @@ def test_mlnx_qos_bad_table_and_no_output() -> None:
         parse_mlnx_qos("net.ipv4.tcp_ecn = 1\n")
     with pytest.raises(NothingToParse):
         parse_mlnx_qos("+ true\n\n")
-
-
-def test_ethtool_stats_with_header() -> None:
-    stats = parse_ethtool_stats("NIC statistics:\n     rx_prio3_pause: 12\n     tx_prio3_pause: 0\n")
-    assert stats == {"rx_prio3_pause": 12, "tx_prio3_pause": 0}
-    with pytest.raises(ParseError) as caught:
-        parse_ethtool_stats("NIC statistics:\n     rx_packets: 1\n     garbage\n")
-    assert caught.value.line_number == 3
 
 
 # --- nvidia-smi topo ---------------------------------------------------------------------------
@@ -451,18 +418,8 @@ def test_topo_refusals() -> None:
         parse_nvidia_smi_topo("\tGPU0\tGPU1\n GPU0\tX\tOK\n GPU1\tOK\tX\n")
     with pytest.raises(ParseError, match="driver"):
         parse_nvidia_smi_topo("NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")
-    with pytest.raises(ParseError, match="topo -m"):
-        parse_nvidia_smi_topo_p2p(TOPO_RAW)
     with pytest.raises(NothingToParse):
         parse_nvidia_smi_topo("\n\n")
-
-
-def test_parser_for_command() -> None:
-    assert parser_for_command("perfquery-x-mlx5_0-1") is parse_perfquery
-    assert parser_for_command("mlnx_qos-ens1f0np0") is parse_mlnx_qos
-    assert parser_for_command("nvidia-smi-topo-m") is parse_nvidia_smi_topo
-    assert parser_for_command("ibv_devinfo-v") is parse_ibv_devinfo
-    assert parser_for_command("perfquery-x-") is None and parser_for_command("lspci") is None
 
 
 def test_iblinkinfo_malformed_link_field_is_named() -> None:

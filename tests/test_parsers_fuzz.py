@@ -18,20 +18,15 @@ from hypothesis import strategies as st
 from corpus_util import corpus_files
 from netdoctor.errors import ParseError
 from netdoctor.parsers import (
-    parse_ethtool_stats,
     parse_ibdev2netdev,
-    parse_ibnetdiscover_ports,
     parse_iblinkinfo,
-    parse_ibqueryerrors,
     parse_ibstat,
     parse_ibstat_output,
-    parse_ibstatus,
     parse_ibv_devinfo,
     parse_mlnx_qos,
     parse_mlnx_qos_all,
     parse_nvidia_smi_topo,
     parse_nvidia_smi_topo_matrix,
-    parse_nvidia_smi_topo_p2p,
     parse_perfquery,
 )
 from netdoctor.parsers.nccl import parse_nccl_log, parse_nccl_tests
@@ -53,13 +48,6 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
-IBQUERYERRORS_SAMPLE = (
-    'Errors for 0x0002c90300000001 "SW1"\n'
-    "   GUID 0x0002c90300000001 port 1: [SymbolErrorCounter == 250] [LinkDownedCounter == 3]\n"
-    "## Summary: 20 nodes checked, 1 bad nodes found\n"
-)
-
-
 def _samples(kind: str, keep: Callable[[str], bool] = lambda name: True) -> list[str]:
     return [path.read_text() for path in corpus_files(kind) if keep(path.name)]
 
@@ -67,20 +55,15 @@ def _samples(kind: str, keep: Callable[[str], bool] = lambda name: True) -> list
 # parser name -> (parser, real samples to mutate)
 PARSERS: dict[str, tuple[Callable[[str], Any], list[str]]] = {
     "ibstat": (parse_ibstat_output, _samples("ibstat")),
-    "ibstatus": (parse_ibstatus, _samples("ibstatus")),
     "ibv_devinfo": (parse_ibv_devinfo, _samples("ibv_devinfo")),
     "ibdev2netdev": (parse_ibdev2netdev, _samples("ibdev2netdev")),
-    "iblinkinfo": (parse_iblinkinfo, _samples("iblinkinfo", lambda name: "ibnetdiscover" not in name)),
-    "ibnetdiscover": (parse_ibnetdiscover_ports, _samples("iblinkinfo", lambda name: "ibnetdiscover" in name)),
+    "iblinkinfo": (parse_iblinkinfo, _samples("iblinkinfo")),
     "perfquery": (parse_perfquery, _samples("perfquery")),
-    "ibqueryerrors": (parse_ibqueryerrors, [IBQUERYERRORS_SAMPLE]),
-    "mlnx_qos": (parse_mlnx_qos_all, _samples("mlnx_qos", lambda name: "ethtool" not in name)),
-    "ethtool": (parse_ethtool_stats, _samples("mlnx_qos", lambda name: "ethtool" in name)),
+    "mlnx_qos": (parse_mlnx_qos_all, _samples("mlnx_qos")),
     "topo": (parse_nvidia_smi_topo_matrix, _samples("nvidia-smi-topo", lambda name: "p2p" not in name)),
-    "topo-p2p": (parse_nvidia_smi_topo_p2p, _samples("nvidia-smi-topo", lambda name: "p2p" in name)),
-    # The parsers the inventory builder calls by command NAME (parser_for_command), and NCCL's.
+    # The parsers the source table names (netdoctor.host.sources), and NCCL's.
     "ibstat-cas": (parse_ibstat, _samples("ibstat")),
-    "mlnx_qos-one": (parse_mlnx_qos, _samples("mlnx_qos", lambda name: "ethtool" not in name)),
+    "mlnx_qos-one": (parse_mlnx_qos, _samples("mlnx_qos")),
     "topo-inventory": (parse_nvidia_smi_topo, _samples("nvidia-smi-topo", lambda name: "p2p" not in name)),
     "nccl-log": (parse_nccl_log, _samples("nccl-log")),
     "nccl-tests": (parse_nccl_tests, _samples("nccl-tests")),
@@ -158,7 +141,7 @@ def test_sysfs_values_give_only_parse_errors(parser: Callable[[str], Any], text:
     _only_parse_errors(parser, text)
 
 
-@pytest.mark.parametrize("name", ["ibstat", "ibv_devinfo", "topo", "ibstatus", "perfquery"])
+@pytest.mark.parametrize("name", ["ibstat", "ibv_devinfo", "topo", "perfquery"])
 @FUZZ
 @given(data=st.data())
 def test_tabs_expanded_to_spaces_parse_the_same(name: str, data: st.DataObject) -> None:

@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 
 import netdoctor.parsers
 import test_parsers_fuzz as fuzz
+from netdoctor.host.sources import SOURCES
+from netdoctor.inventory.from_tools import parser_of
 
 # Public parse_* functions that do not take tool output text. Anything put here must say
 # why it needs no property of its own.
@@ -60,10 +62,10 @@ def test_every_tool_parser_is_fuzzed_from_real_corpus_samples() -> None:
 
 def test_every_parser_the_inventory_uses_is_fuzzed() -> None:
     fuzzed = {parser for parser, _ in fuzz.PARSERS.values()}
-    for name in ("nvidia-smi-topo-m", "ibstat", "ibv_devinfo-v", "iblinkinfo", "ibdev2netdev",
-                 "perfquery-x-mlx5_0-1", "mlnx_qos-ens1np0"):
-        parser = netdoctor.parsers.parser_for_command(name)
-        assert parser is not None and parser in fuzzed, name
+    rows = [row for row in SOURCES if row.is_command]
+    assert len(rows) >= 7
+    for row in rows:
+        assert parser_of(row) in fuzzed, row.name
 
 
 def test_fuzz_examples_setting_is_honoured() -> None:

@@ -55,8 +55,9 @@ class LiveSource:
         capped = [replace(spec, timeout_s=min(spec.timeout_s, self.tool_timeout_s)) for spec in specs]
         results = run_commands(capped, deadline, path=self.path_env)
         if self.recording is not None:
-            for result in results.values():
-                self.recording.add_command(result)
+            for spec in specs:
+                if spec.recorded and spec.name in results:
+                    self.recording.add_command(results[spec.name])
         return results
 
     def nvml(self) -> tuple[dict[str, Any] | None, str]:

@@ -30,6 +30,7 @@ class CommandSpec:
     argv: tuple[str, ...]
     timeout_s: float = 5.0
     max_output_bytes: int | None = None   # None: the runner's default cap
+    recorded: bool = True                 # written to a snapshot by `netdoctor capture`
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""`iblinkinfo` (grouped and `-l` line form) and `ibnetdiscover -p` parsers.
+"""`iblinkinfo` (grouped and `-l` line form) parser.
 
 Fabric-wide outputs run to ~80k lines on a 2,000-switch fabric, so each line is matched
 by one precompiled, anchored regex without nested quantifiers.
@@ -217,77 +217,4 @@ def _parse_lines(lines: list[str]) -> list[FabricLink]:
         if is_paste_noise(raw):
             continue
         raise ParseError(SOURCE, "line not recognised as iblinkinfo output", number, raw)
-    return links
-
-
-# --- ibnetdiscover -p -------------------------------------------------------------------
-
-NETDISCOVER_SOURCE = "ibnetdiscover"
-
-_NODE_KINDS = {"CA": "CA", "SW": "Switch", "RT": "Router"}
-# `CA   134  1 0x7cfe9003003b4bde 4x EDR - SW  1719 10 0x7cfe9003009ce5b0 ( 'o0001 HCA-1' - 'ib-i1l1s01' )`
-# `SW  2052 37 0x506b4b03005c2740 4x ???                                    'ib-i4l1s01'`
-_NETDISCOVER_PORT = re.compile(
-    r"^(?P<kind>CA|SW|RT)\s+(?P<lid>\d+)\s+(?P<port>\d+)\s+(?P<guid>0x[0-9a-fA-F]+)\s+(?P<width>\d+)x\s+(?P<speed>\S+)"
-    r"(?P<rest>.*)$"
-)
-_NETDISCOVER_PEER = re.compile(
-    r"^\s+-\s+(?P<kind>CA|SW|RT)\s+(?P<lid>\d+)\s+(?P<port>\d+)\s+(?P<guid>0x[0-9a-fA-F]+)\s+"
-    r"\(\s*'(?P<desc>.*)'\s+-\s+'(?P<peer_desc>.*)'\s*\)\s*$"
-)
-
-
-def parse_ibnetdiscover_ports(text: str) -> list[FabricLink]:
-    """Parse `ibnetdiscover -p` (ports report). No port state is printed: state stays None.
-
-    Sample::
-
-        CA   134  1 0x7cfe9003003b4bde 4x EDR - SW  1719 10 0x7cfe9003009ce5b0 ( 'o0001 HCA-1' - 'ib-i1l1s01' )
-        SW  2052 37 0x506b4b03005c2740 4x ???                                    'ib-i4l1s01'
-
-    Unconnected ports print `???` or a stale `SDR` speed and only their own description
-    (quoted or not); the width/speed of unconnected ports are reported as printed.
-    """
-    require_text(NETDISCOVER_SOURCE, text)
-    screen_tool_errors(NETDISCOVER_SOURCE, text)
-    links: list[FabricLink] = []
-    for number, raw in numbered_lines(text):
-        if is_paste_noise(raw):
-            continue
-        match = _NETDISCOVER_PORT.match(raw.strip())
-        if not match:
-            raise ParseError(NETDISCOVER_SOURCE, "line not recognised as 'ibnetdiscover -p' output", number, raw)
-        speed = match.group("speed")
-        known_speed = speed if speed in IB_SPEED_LANE_GBPS else None
-        if known_speed is None and speed != "???":
-            raise ParseError(NETDISCOVER_SOURCE, f"unknown link speed {speed[:20]!r}", number, raw)
-        peer = _NETDISCOVER_PEER.match(match.group("rest"))
-        fields: dict[str, object]
-        if peer:
-            fields = {
-                "node_description": peer.group("desc").strip(),
-                "peer_guid": peer.group("guid").lower(),
-                "peer_lid": int(peer.group("lid")),
-                "peer_port": int(peer.group("port")),
-                "peer_description": peer.group("peer_desc").strip(),
-            }
-        else:
-            rest = match.group("rest").strip()
-            if rest.startswith("-"):
-                raise ParseError(NETDISCOVER_SOURCE, "peer part not recognised", number, raw)
-            fields = {"node_description": rest.strip("'").strip()}
-        links.append(
-            FabricLink(
-                node_kind=_NODE_KINDS[match.group("kind")],
-                node_guid=match.group("guid").lower(),
-                lid=int(match.group("lid")),
-                port=int(match.group("port")),
-                width=int(match.group("width")),
-                lane_gbps=IB_SPEED_LANE_GBPS[known_speed] if known_speed else None,
-                speed=known_speed,
-                **fields,  # type: ignore[arg-type]
-            )
-        )
-    if not links:
-        raise NothingToParse(NETDISCOVER_SOURCE, "no ports in output")
     return links

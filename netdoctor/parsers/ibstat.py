@@ -1,4 +1,4 @@
-"""`ibstat` (all forms) and `ibstatus` parsers."""
+"""`ibstat` (all forms) parser."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import structlog
 
 from netdoctor.errors import NothingToParse, ParseError
-from netdoctor.vocabulary import LinkLayer, LinkRate, PhysState, PortState
+from netdoctor.vocabulary import LinkLayer, PhysState, PortState
 from netdoctor.parsers.common import (
     find_tool_errors,
     is_paste_noise,
@@ -21,10 +21,8 @@ from netdoctor.parsers.common import (
     phys_state_from_text,
     port_state_from_text,
     require_text,
-    screen_tool_errors,
     split_key_value,
 )
-from netdoctor.parsers.sysfs_values import parse_phys_state, parse_port_state, parse_rate
 
 log = structlog.get_logger(__name__)
 
@@ -234,92 +232,3 @@ def parse_ibstat_output(text: str) -> IbstatOutput:
 def parse_ibstat(text: str) -> list[IbstatCa]:
     """The CA records of `ibstat` output (see parse_ibstat_output for the trailer)."""
     return list(parse_ibstat_output(text).cas)
-
-
-# --- ibstatus ---------------------------------------------------------------------------
-
-IBSTATUS_SOURCE = "ibstatus"
-
-
-@dataclass(frozen=True)
-class IbstatusPort:
-    hca: str
-    number: int
-    default_gid: str | None = None    # None for `unknown` (Ethernet port whose GID 0 is unreadable)
-    base_lid: int | None = None
-    sm_lid: int | None = None
-    state: PortState | None = None
-    phys_state: PhysState | None = None
-    rate: LinkRate | None = None
-    link_layer: LinkLayer | None = None
-
-
-_IBSTATUS_HEADER = re.compile(r"^Infiniband device '(?P<hca>[^']+)' port (?P<port>\d+) status:\s*$")
-_IBSTATUS_KEYS = {
-    "default gid": "default_gid",
-    "base lid": "base_lid",
-    "sm lid": "sm_lid",
-    "state": "state",
-    "phys state": "phys_state",
-    "rate": "rate",
-    "link_layer": "link_layer",
-}
-
-
-def _ibstatus_value(field: str, value: str, number: int, line: str) -> object:
-    try:
-        if field == "default_gid":
-            return None if value.lower() == "unknown" or is_redacted(value) else value
-        if field in ("base_lid", "sm_lid"):
-            return parse_hex(IBSTATUS_SOURCE, value, number, line)
-        if field == "state":
-            return parse_port_state(value)
-        if field == "phys_state":
-            return parse_phys_state(value)
-        if field == "rate":
-            return parse_rate(value)
-        return link_layer_from_text(IBSTATUS_SOURCE, value, number, line)
-    except ParseError as error:
-        if error.source == IBSTATUS_SOURCE:
-            raise
-        raise ParseError(IBSTATUS_SOURCE, error.message, number, line) from error
-
-
-def parse_ibstatus(text: str) -> list[IbstatusPort]:
-    """Parse `ibstatus` (a script over sysfs: values are the sysfs strings verbatim).
-
-    Sample::
-
-        Infiniband device 'mlx4_0' port 1 status:
-                default gid:     fe80:0000:0000:0000:0002:c903:00a4:e721
-                base lid:        0x3
-                sm lid:          0x3
-                state:           4: ACTIVE
-                phys state:      5: LinkUp
-                rate:            56 Gb/sec (4X FDR)
-                link_layer:      InfiniBand
-    """
-    require_text(IBSTATUS_SOURCE, text)
-    screen_tool_errors(IBSTATUS_SOURCE, text)
-    ports: list[IbstatusPort] = []
-    fields: dict[str, object] | None = None
-    for number, raw in numbered_lines(text):
-        line = raw.strip()
-        if is_paste_noise(raw):
-            continue
-        header = _IBSTATUS_HEADER.match(line)
-        if header:
-            if fields is not None:
-                ports.append(IbstatusPort(**fields))  # type: ignore[arg-type]
-            fields = {"hca": header.group("hca"), "number": int(header.group("port"))}
-            continue
-        key_value = split_key_value(line)
-        if fields is None or key_value is None or key_value[0] not in _IBSTATUS_KEYS:
-            raise ParseError(IBSTATUS_SOURCE, "line not recognised as ibstatus output", number, raw)
-        key, value = key_value
-        fields[_IBSTATUS_KEYS[key]] = _ibstatus_value(_IBSTATUS_KEYS[key], value, number, raw)
-    if fields is not None:
-        ports.append(IbstatusPort(**fields))  # type: ignore[arg-type]
-    if not ports:
-        raise NothingToParse(IBSTATUS_SOURCE, "no port records in output")
-    return ports

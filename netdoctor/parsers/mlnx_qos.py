@@ -1,4 +1,4 @@
-"""`mlnx_qos -i <netdev>` and `ethtool -S <netdev>` parsers."""
+"""`mlnx_qos -i <netdev>` parser."""
 
 from __future__ import annotations
 
@@ -210,37 +210,3 @@ def parse_mlnx_qos_all(text: str) -> list[MlnxQos]:
             raise ParseError(SOURCE, "no mlnx_qos output found (no trust, PFC or tc lines)")
         raise NothingToParse(SOURCE, "no mlnx_qos output")
     return [output.build() for output in outputs]
-
-
-# --- ethtool -S -------------------------------------------------------------------------
-
-ETHTOOL_SOURCE = "ethtool"
-_STAT = re.compile(r"^(?P<name>[^\s:][^:]*?):\s*(?P<value>-?\d+)\s*$")
-
-
-def parse_ethtool_stats(text: str) -> dict[str, int]:
-    """Parse `ethtool -S <if>`: `name: value` per line, with or without the `NIC statistics:`
-    header and indent.
-
-    Sample (mlx5)::
-
-        NIC statistics:
-             rx_packets: 845320277
-             rx_discards_phy: 0
-             rx_prio0_bytes: 2195783498134
-             rx_pause_ctrl_phy: 0
-    """
-    require_text(ETHTOOL_SOURCE, text)
-    screen_tool_errors(ETHTOOL_SOURCE, text)
-    stats: dict[str, int] = {}
-    for number, raw in numbered_lines(text):
-        line = raw.strip()
-        if is_paste_noise(raw) or line == "NIC statistics:":
-            continue
-        match = _STAT.match(line)
-        if not match:
-            raise ParseError(ETHTOOL_SOURCE, "expected 'name: value'", number, raw)
-        stats[match.group("name")] = int(match.group("value"))
-    if not stats:
-        raise NothingToParse(ETHTOOL_SOURCE, "no statistics in output")
-    return stats

@@ -1,4 +1,4 @@
-"""`nvidia-smi topo -m` and `nvidia-smi topo -p2p r` parsers."""
+"""`nvidia-smi topo -m` parser."""
 
 from __future__ import annotations
 
@@ -212,42 +212,3 @@ def _affinity(
 def parse_nvidia_smi_topo(text: str) -> Topology:
     """Parse `nvidia-smi topo -m` into the inventory's Topology (see parse_nvidia_smi_topo_matrix)."""
     return parse_nvidia_smi_topo_matrix(text).topology
-
-
-def parse_nvidia_smi_topo_p2p(text: str) -> dict[tuple[str, str], str]:
-    """Parse `nvidia-smi topo -p2p r|w|n|a|p`: (GPUa, GPUb) -> OK|CNS|GNS|TNS|NS|U|X.
-
-    Sample::
-
-                GPU0    GPU1
-         GPU0   X       CNS
-         GPU1   CNS     X
-    """
-    source = "nvidia-smi topo -p2p"
-    require_text(source, text)
-    screen_tool_errors(source, text)
-    header, labels, affinity, rest = _find_header(source, text)
-    if affinity:
-        raise ParseError(source, "this is a `nvidia-smi topo -m` matrix, not `topo -p2p`", *header)
-    matrix: dict[tuple[str, str], str] = {}
-    rows_seen: set[str] = set()
-    for number, raw in rest:
-        line = raw.strip()
-        if not line or is_prompt_line(raw) or is_elision_line(raw):
-            continue
-        if line == "Legend:":
-            break
-        first, _, remainder = line.replace("\t", " ").partition(" ")
-        if first not in labels or first in rows_seen:
-            raise ParseError(source, f"row label {first[:20]!r} is not a new device of the header", number, raw)
-        cells, trailing = _row_cells(source, first, remainder, len(labels), _P2P_CELL, number, raw)
-        if trailing:
-            raise ParseError(source, f"{first}: extra fields after the matrix", number, raw)
-        for column, cell in zip(labels, cells):
-            if (column == first) != (cell == "X"):
-                raise ParseError(source, f"{first}/{column}: 'X' must be exactly on the diagonal", number, raw)
-            matrix[(first, column)] = cell
-        rows_seen.add(first)
-    if rows_seen != set(labels):
-        raise ParseError(source, "matrix rows do not cover every header device (truncated output?)", *header)
-    return matrix

@@ -1,4 +1,4 @@
-"""`perfquery` (basic, `-x` extended, `--rcvErr` details) and `ibqueryerrors` parsers."""
+"""`perfquery` (basic, `-x` extended, `--rcvErr` details) parser."""
 
 from __future__ import annotations
 
@@ -130,65 +130,3 @@ def parse_perfquery(text: str) -> list[PerfqueryBlock]:
 def counters_as_sysfs(block: PerfqueryBlock) -> dict[str, int]:
     """The block's counters under their sysfs names (counters sysfs lacks, e.g. QP1Dropped, are left out)."""
     return {PERFQUERY_TO_SYSFS[name]: value for name, value in block.counters.items() if name in PERFQUERY_TO_SYSFS}
-
-
-# --- ibqueryerrors ----------------------------------------------------------------------
-
-IBQUERYERRORS_SOURCE = "ibqueryerrors"
-
-
-@dataclass(frozen=True)
-class PortErrors:
-    """One `GUID 0x... port N: [Counter == V] ...` line of ibqueryerrors."""
-
-    guid: str
-    port: int
-    node_description: str | None
-    counters: dict[str, int]
-
-
-_ERRORS_FOR = re.compile(r"^Errors for (?:0x[0-9a-fA-F]+\s+)?\"(?P<desc>.*)\"\s*$")
-_ERRORS_PORT = re.compile(r"^GUID\s+(?P<guid>0x[0-9a-fA-F]+)\s+port\s+(?P<port>\d+):(?P<rest>.*)$")
-_ERRORS_ITEM = re.compile(r"\[(?P<name>[A-Za-z][A-Za-z0-9]*)\s*==\s*(?P<value>\d+)\]")
-
-
-def parse_ibqueryerrors(text: str) -> list[PortErrors]:
-    """Parse `ibqueryerrors` (ports whose counters exceed thresholds).
-
-    Sample::
-
-        Errors for 0x0002c90300000001 "SW1"
-           GUID 0x0002c90300000001 port 1: [SymbolErrorCounter == 250] [LinkDownedCounter == 3]
-        ## Summary: 20 nodes checked, 1 bad nodes found
-
-    An output with only the summary (no bad ports) gives an empty list.
-    """
-    require_text(IBQUERYERRORS_SOURCE, text)
-    screen_tool_errors(IBQUERYERRORS_SOURCE, text)
-    ports: list[PortErrors] = []
-    description: str | None = None
-    saw_summary = False
-    for number, raw in numbered_lines(text):
-        line = raw.strip()
-        if is_paste_noise(raw):
-            continue
-        if line.startswith("##"):
-            saw_summary = saw_summary or "Summary" in line
-            continue
-        errors_for = _ERRORS_FOR.match(line)
-        if errors_for:
-            description = errors_for.group("desc").strip()
-            continue
-        port = _ERRORS_PORT.match(line)
-        if port:
-            items = _ERRORS_ITEM.findall(port.group("rest"))
-            leftover = _ERRORS_ITEM.sub("", port.group("rest"))
-            if not items or leftover.strip(" \t,"):
-                raise ParseError(IBQUERYERRORS_SOURCE, "expected '[Counter == N]' items after the port", number, raw)
-            ports.append(PortErrors(port.group("guid").lower(), int(port.group("port")), description,
-                                    {name: int(value) for name, value in items}))
-            continue
-        raise ParseError(IBQUERYERRORS_SOURCE, "line not recognised as ibqueryerrors output", number, raw)
-    if not ports and not saw_summary:
-        raise NothingToParse(IBQUERYERRORS_SOURCE, "no port errors and no summary in output")
-    return ports

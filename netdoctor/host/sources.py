@@ -1,0 +1,99 @@
+"""The sources of facts about a node, one row each: what to run, how, and for which needs.
+
+A row says everything about collecting one source: its snapshot command NAME
+(CONTRACT section 4; a template such as `perfquery-x-{dev}-{port}` for per-device
+tools), the argument list (the same template fields), which parser reads its output,
+its timeout, whether a snapshot records it, whether it needs root, whether it sweeps the
+whole fabric (only with `--fabric-scan`) and which check needs (the closed vocabulary
+`netdoctor.checks.api.NEEDS`) it serves. The inventory's discovery plan
+(`netdoctor.inventory.plan`) reads this table; nothing else lists tools.
+
+The parser is named by a dotted path (`netdoctor.parsers.ibstat:parse_ibstat`), not
+imported: host imports nothing above it, yet the row stays whole, so adding a source is
+one row here plus one parser (plus the joiner that puts its facts into the inventory,
+keyed by the row's name in `netdoctor.inventory.from_tools`). The inventory resolves the
+path; a test resolves every row's parser and checks every row has a joiner.
+
+Readers (`sysfs`, `netdevs`, `nvml`) are rows without an argument list: the host reads
+them in-process (NodeSource.sys / netdevs() / nvml()), but they are planned like tools.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from netdoctor.host.types import CommandSpec
+
+
+class Scope(enum.StrEnum):
+    """What one row expands over; the inventory decides which devices qualify."""
+
+    NODE = "node"                # run once per node
+    IB_PORT = "ib-port"          # once per InfiniBand port: fields {dev}, {port}
+    ROCE_NETDEV = "roce-netdev"  # once per RoCE netdev (the slaves of a RoCE bond): field {netdev}
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source of facts. `needs` empty: collected whatever the checks need."""
+
+    name: str                          # snapshot command NAME, or its template
+    argv: tuple[str, ...] = ()         # () for an in-process reader
+    parser: str | None = None          # "module:function" under netdoctor.parsers
+    needs: frozenset[str] = frozenset()   # the needs it serves directly (plan.IMPLIED_NEEDS adds the rest)
+    scope: Scope = Scope.NODE
+    timeout_s: float = 5.0
+    max_output_bytes: int | None = None   # None: the runner's default cap
+    in_snapshot: bool = True           # recorded by `netdoctor capture`, read back from snapshots
+    root: bool = False                 # gives full facts only as root (informational: it still runs)
+    fabric: bool = False               # sweeps the whole fabric: only with --fabric-scan
+
+    @property
+    def is_command(self) -> bool:
+        return bool(self.argv)
+
+    def serves(self, needs: frozenset[str] | None) -> bool:
+        """Collected for these needs? None: everything is collected."""
+        return needs is None or not self.needs or bool(self.needs & needs)
+
+    def expand(self, **fields: str | int) -> CommandSpec:
+        """The command for one device: `expand(dev="mlx5_0", port=1)` -> perfquery-x-mlx5_0-1."""
+        values = {key: str(value) for key, value in fields.items()}
+        return CommandSpec(self.name.format(**values), tuple(arg.format(**values) for arg in self.argv),
+                           timeout_s=self.timeout_s, max_output_bytes=self.max_output_bytes, recorded=self.in_snapshot)
+
+
+def _needs(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+_RDMA = _needs("rdma")
+
+# Table order is the order of trust: sysfs > NVML > tools; among tools, the first row's
+# value stands and later ones that differ are recorded as conflicts. iblinkinfo comes
+# after the node tools because it matches fabric lines against their GUIDs and LIDs.
+SOURCES: tuple[Source, ...] = (
+    Source("sysfs"),
+    Source("netdevs"),
+    Source("nvml", needs=_needs("gpus", "pcie")),
+    Source("ibstat", ("ibstat",), "netdoctor.parsers.ibstat:parse_ibstat", _RDMA),
+    Source("ibv_devinfo-v", ("ibv_devinfo", "-v"), "netdoctor.parsers.ibv_devinfo:parse_ibv_devinfo", _RDMA),
+    Source("ibdev2netdev", ("ibdev2netdev",), "netdoctor.parsers.ibdev2netdev:parse_ibdev2netdev", _RDMA),
+    # nvidia-smi also names GPUs NVML cannot, and its hang tells a wedged driver from a GPU-less node.
+    Source("nvidia-smi-topo-m", ("nvidia-smi", "topo", "-m"), "netdoctor.parsers.nvidia_smi_topo:parse_nvidia_smi_topo",
+           _needs("gpus", "topology"), timeout_s=8.0),
+    # The only source of "could be" hints for degraded links. It sends SMPs to every
+    # switch, so thousands of nodes running it at once in a prolog load the SM. A
+    # 2,000-switch fabric prints ~15 MB; the cap keeps a runaway tool's memory bounded.
+    Source("iblinkinfo", ("iblinkinfo",), "netdoctor.parsers.iblinkinfo:parse_iblinkinfo", _RDMA,
+           timeout_s=8.0, max_output_bytes=24 * 1024 * 1024, root=True, fabric=True),
+    # Counters sysfs lacks; port-state (need `rdma`) also reads them to tell a never-linked port.
+    Source("perfquery-x-{dev}-{port}", ("perfquery", "-x", "-C", "{dev}", "-P", "{port}"),
+           "netdoctor.parsers.perfquery:parse_perfquery", _needs("counters", "rdma"), Scope.IB_PORT, timeout_s=4.0, root=True),
+    # PFC/trust of RoCE netdevs: pfc-ecn (need `roce`) judges them.
+    Source("mlnx_qos-{netdev}", ("mlnx_qos", "-i", "{netdev}"), "netdoctor.parsers.mlnx_qos:parse_mlnx_qos",
+           _needs("roce", "qos"), Scope.ROCE_NETDEV, timeout_s=4.0, root=True),
+)
+
+SOURCES_BY_NAME: dict[str, Source] = {source.name: source for source in SOURCES}

@@ -1,0 +1,80 @@
+"""Facts from NVML (nvml.json in a snapshot): the GPUs as the driver sees them."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from netdoctor.errors import NetdoctorError
+from netdoctor.inventory.merge import Draft, pci
+from netdoctor.inventory.model import Gpu, PcieLink, SourceState
+
+
+def read_nvml(draft: Draft) -> None:
+    """GPUs, driver and CUDA versions, GPU PCIe links and NVLinks from the NVML report."""
+    started = time.monotonic()
+    try:
+        report, status_text = draft.source.nvml()
+    except NetdoctorError:
+        raise
+    except Exception as error:   # NVML bindings raise their own types; never crash discovery
+        draft.status("nvml", SourceState.ERROR, f"{type(error).__name__}: {error}")
+        return
+    if report is None:
+        state = SourceState.MISSING if _means_no_driver(status_text) else SourceState.ERROR
+        draft.status("nvml", state, status_text)
+        return
+    if not isinstance(report, dict) or not isinstance(report.get("gpus", []), list):
+        draft.status("nvml", SourceState.PARSE_ERROR, "nvml report is not an object with a `gpus` list")
+        return
+    inventory = draft.inventory
+    inventory.driver_version = _as(str, report.get("driver_version"))
+    inventory.cuda_driver_version = _as(int, report.get("cuda_driver_version"))
+    errors: list[str] = []
+    for entry in report.get("gpus", []):
+        if not isinstance(entry, dict) or not isinstance(entry.get("index"), int):
+            errors.append("GPU entry without an integer index")
+            continue
+        gpu = Gpu(index=entry["index"], sources=("nvml",))
+        gpu.name = _as(str, entry.get("name"))
+        gpu.uuid = _as(str, entry.get("uuid"))
+        gpu.pci_address = pci(_as(str, entry.get("pci_bus_id")))
+        numa = _as(int, entry.get("numa_node"))
+        gpu.numa_node = numa if numa is not None and numa >= 0 else None
+        gpu.performance_state = _as(int, entry.get("performance_state"))
+        gpu.dmabuf_supported = _as(bool, entry.get("dmabuf_supported"))
+        pcie = entry.get("pcie") if isinstance(entry.get("pcie"), dict) else {}
+        if gpu.pci_address and any(pcie.get(key) is not None for key in ("cur_gen", "max_gen", "cur_width", "max_width")):
+            gpu.pcie = PcieLink(
+                address=gpu.pci_address,
+                current_gen=_as(int, pcie.get("cur_gen")),
+                max_gen=_as(int, pcie.get("max_gen")),
+                current_width=_as(int, pcie.get("cur_width")),
+                max_width=_as(int, pcie.get("max_width")),
+                source="nvml",
+            )
+        nvlink = entry.get("nvlink") if isinstance(entry.get("nvlink"), dict) else {}
+        gpu.nvlink_active = _as(int, nvlink.get("active"))
+        gpu.nvlink_total = _as(int, nvlink.get("total"))
+        gpu.nvlink_version = _as(int, nvlink.get("version"))
+        if isinstance(entry.get("errors"), dict) and entry["errors"]:
+            gpu.nvml_errors = {str(key): str(value) for key, value in entry["errors"].items()}
+            errors.append(f"GPU{gpu.index}: " + ", ".join(f"{key}: {value}" for key, value in sorted(entry["errors"].items())))
+        inventory.gpus.append(gpu)
+    inventory.gpus.sort(key=lambda gpu: gpu.index)
+    draft.status("nvml", SourceState.OK, "; ".join(errors)[:500], time.monotonic() - started)
+
+
+def _as(kind: type, value: Any) -> Any:
+    if value is None:
+        return None
+    if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if kind is int and isinstance(value, bool):
+        return None
+    return value if isinstance(value, kind) else None
+
+
+def _means_no_driver(text: str) -> bool:
+    lowered = text.lower()
+    return any(word in lowered for word in ("no nvidia driver", "not found", "librarynotfound", "driver not loaded", "no nvml.json"))

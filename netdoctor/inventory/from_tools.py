@@ -1,0 +1,186 @@
+"""Facts from tool output: each source row's parser, and the joiner that adds what it parsed.
+
+`JOINERS` maps a row name of `netdoctor.host.sources.SOURCES` to the function that puts
+that row's parsed output into the draft inventory (through `Draft.merge`, so every
+difference from an earlier, more trusted source is kept as a conflict). A joiner gets
+the parsed value and the row's template fields (`{"dev": "mlx5_0", "port": "1"}`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from netdoctor.host.sources import Source
+from netdoctor.inventory.hardware import ca_type_from_part_id
+from netdoctor.inventory.merge import Draft
+from netdoctor.inventory.model import Conflict, Gpu, LinkLayer, LinkRate, QosConfig, Topology
+from netdoctor.parsers import sysfs_values
+from netdoctor.parsers.ibdev2netdev import NetdevMapping
+from netdoctor.parsers.iblinkinfo import FabricLink
+from netdoctor.parsers.ibstat import IbstatCa
+from netdoctor.parsers.ibv_devinfo import IbvDevice
+from netdoctor.parsers.mlnx_qos import MlnxQos
+from netdoctor.parsers.perfquery import PerfqueryBlock, counters_as_sysfs
+
+PARSERS_PACKAGE = "netdoctor.parsers."
+
+Joiner = Callable[[Draft, Any, Mapping[str, str]], None]
+
+
+@functools.cache
+def parser_of(row: Source) -> Callable[[str], Any]:
+    """The parser a row names (`netdoctor.parsers.ibstat:parse_ibstat`); only parsers are importable."""
+    module_name, _, function_name = (row.parser or "").partition(":")
+    if not module_name.startswith(PARSERS_PACKAGE) or not function_name:
+        raise ValueError(f"source {row.name!r}: parser {row.parser!r} is not a `netdoctor.parsers.MODULE:FUNCTION`")
+    parser: Callable[[str], Any] = getattr(importlib.import_module(module_name), function_name)
+    return parser
+
+
+def join_ibstat(draft: Draft, cas: list[IbstatCa], fields: Mapping[str, str]) -> None:
+    for ca in cas:
+        hca = draft.hca(ca.name, "ibstat")
+        draft.merge(hca, {"ca_type": ca.ca_type, "firmware": ca.firmware, "node_guid": ca.node_guid,
+                          "sys_image_guid": ca.sys_image_guid}, "ibstat", hca.name)
+        for entry in ca.ports:
+            port = draft.port(hca, entry.number, "ibstat")
+            draft.merge(port, {"state": entry.state, "phys_state": entry.phys_state, "link_layer": entry.link_layer,
+                               "port_guid": entry.port_guid, "capability_mask": entry.capability_mask}, "ibstat", port.name)
+            if port.is_active or entry.state is None or port.state is None:
+                # Down ports print placeholder LIDs/rates: compare only on live links.
+                rate = LinkRate(gbps=entry.rate_gbps) if entry.rate_gbps is not None else None
+                draft.merge(port, {"lid": entry.base_lid, "sm_lid": entry.sm_lid, "lmc": entry.lmc, "rate": rate},
+                            "ibstat", port.name)
+
+
+def join_ibv_devinfo(draft: Draft, devices: list[IbvDevice], fields: Mapping[str, str]) -> None:
+    for device in devices:
+        hca = draft.hca(device.hca_id, "ibv_devinfo-v")
+        draft.merge(hca, {"firmware": device.firmware, "vendor_part_id": device.vendor_part_id,
+                          "ca_type": ca_type_from_part_id(device.vendor_part_id), "board_id": device.board_id,
+                          "node_guid": device.node_guid}, "ibv_devinfo-v", hca.name)
+        for entry in device.ports:
+            port = draft.port(hca, entry.number, "ibv_devinfo-v")
+            draft.merge(port, {"state": entry.state, "phys_state": entry.phys_state, "link_layer": entry.link_layer,
+                               "active_mtu": entry.active_mtu, "max_mtu": entry.max_mtu}, "ibv_devinfo-v", port.name)
+            if port.is_active:
+                draft.merge(port, {"lid": entry.port_lid, "sm_lid": entry.sm_lid, "rate": entry.rate},
+                            "ibv_devinfo-v", port.name)
+
+
+def join_ibdev2netdev(draft: Draft, mappings: list[NetdevMapping], fields: Mapping[str, str]) -> None:
+    for mapping in mappings:
+        port = draft.port(draft.hca(mapping.hca, "ibdev2netdev"), mapping.port, "ibdev2netdev")
+        draft.merge(port, {"netdev": mapping.netdev}, "ibdev2netdev", port.name)
+
+
+def join_topology(draft: Draft, topology: Topology, fields: Mapping[str, str]) -> None:
+    inventory = draft.inventory
+    inventory.topology = topology
+    by_index = {gpu.index: gpu for gpu in inventory.gpus}
+    for label in topology.gpus:
+        index = int(label.removeprefix("GPU"))
+        gpu = by_index.get(index)
+        if gpu is None:
+            gpu = Gpu(index=index)
+            inventory.gpus.append(gpu)
+        gpu.sources += ("nvidia-smi-topo-m",)
+        gpu.cpu_affinity = topology.cpu_affinity.get(label) or gpu.cpu_affinity
+        draft.merge(gpu, {"numa_node": topology.numa_affinity.get(label)}, "nvidia-smi-topo-m", label)
+    inventory.gpus.sort(key=lambda gpu: gpu.index)
+    for name in topology.nic_names.values():
+        if inventory.hca(name) is None:
+            draft.hca(name, "nvidia-smi-topo-m")
+
+
+def join_iblinkinfo(draft: Draft, links: list[FabricLink], fields: Mapping[str, str]) -> None:
+    """Peers and "could be" rates of local ports, found in the fabric dump by port GUID or LID."""
+    ports = draft.inventory.ports
+    by_guid = {port.port_guid: port for port in ports if port.port_guid}
+    by_lid = {port.lid: port for port in ports if port.lid and port.link_layer is not LinkLayer.ETHERNET}
+    for link in links:
+        if link.node_kind != "CA":
+            continue
+        port = by_guid.get(link.node_guid) if link.node_guid else None
+        if port is None and link.lid is not None:
+            port = by_lid.get(link.lid)
+        if port is None:
+            continue
+        port.peer = " ".join(str(part) for part in (link.peer_description, f"port {link.peer_port}" if link.peer_port else None) if part) or None
+        if link.could_be_width or link.could_be_lane_gbps:
+            port.could_be = sysfs_values.rate_from_lanes(
+                link.could_be_width or link.width, link.could_be_lane_gbps or link.lane_gbps
+            )
+        if "iblinkinfo" not in port.sources:
+            port.sources += ("iblinkinfo",)
+
+
+def join_perfquery(draft: Draft, blocks: list[PerfqueryBlock], fields: Mapping[str, str]) -> None:
+    """Counters sysfs lacks (a kernel without counters/, or single counters it cannot read)."""
+    port = draft.inventory.port(f"{fields['dev']}:{fields['port']}")
+    if not blocks or port is None:
+        return
+    counters = counters_as_sysfs(blocks[-1])
+    if not port.counters:
+        port.counters = dict(counters)
+        port.counters_source = "perfquery"
+    else:
+        for name, value in counters.items():
+            port.counters.setdefault(name, value)
+    if "perfquery" not in port.sources:
+        port.sources += ("perfquery",)
+
+
+def join_mlnx_qos(draft: Draft, qos: MlnxQos, fields: Mapping[str, str]) -> None:
+    netdev = draft.inventory.netdev(fields["netdev"])
+    if netdev is None:
+        return
+    netdev.qos = QosConfig(trust=qos.trust, pfc_enabled=tuple(qos.pfc_enabled), dcbx_mode=qos.dcbx_mode)
+    netdev.sources += ("mlnx_qos",)
+
+
+JOINERS: dict[str, Joiner] = {
+    "ibstat": join_ibstat,
+    "ibv_devinfo-v": join_ibv_devinfo,
+    "ibdev2netdev": join_ibdev2netdev,
+    "nvidia-smi-topo-m": join_topology,
+    "iblinkinfo": join_iblinkinfo,
+    "perfquery-x-{dev}-{port}": join_perfquery,
+    "mlnx_qos-{netdev}": join_mlnx_qos,
+}
+
+
+def qos_of_bonds(draft: Draft) -> None:
+    """A RoCE LAG bond has no QoS or ECN of its own (mlnx_qos and ecn/ live on the slaves).
+
+    The bond gets what holds on every slave: PFC (and ECN) counts as enabled on a
+    priority only when all slaves have it, a trust mode only when all agree; slaves
+    that differ are also recorded as a conflict. One bad slave so fails the bond.
+    """
+    inventory = draft.inventory
+    for bond in inventory.netdevs:
+        slaves = [netdev for name in bond.bond_slaves if (netdev := inventory.netdev(name)) is not None]
+        if not slaves:
+            continue
+        settings = {slave.name: slave.qos for slave in slaves if slave.qos is not None}
+        if len(settings) == len(slaves):
+            qos = list(settings.values())
+            trusts = {entry.trust for entry in qos}
+            dcbx = {entry.dcbx_mode for entry in qos}
+            bond.qos = QosConfig(
+                trust=trusts.pop() if len(trusts) == 1 else None,
+                pfc_enabled=tuple(sorted(set.intersection(*(set(entry.pfc_enabled) for entry in qos)))),
+                dcbx_mode=dcbx.pop() if len(dcbx) == 1 else None,
+            )
+            if len(set(qos)) > 1:
+                inventory.conflicts.append(Conflict(bond.name, "qos", {name: str(entry) for name, entry in settings.items()},
+                                                    chosen="what holds on every slave"))
+        for point in ("ecn_np", "ecn_rp"):
+            per_slave = [getattr(slave, point) for slave in slaves]
+            if all(per_slave) and not getattr(bond, point):
+                priorities = set().union(*per_slave)
+                setattr(bond, point, {prio: all(ecn.get(prio, False) for ecn in per_slave) for prio in priorities})
+        bond.sources += ("bond slaves",)

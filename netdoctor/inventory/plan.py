@@ -1,0 +1,117 @@
+"""The discovery plan: which rows of the source table this run collects, and on which devices.
+
+`needs` None collects everything (`netdoctor discover`, `capture`, a full `check`);
+otherwise only the rows serving one of those needs (the union of the selected checks'
+needs): `check --only mtu` runs no mlnx_qos. A row left out is recorded
+as a NOT_RUN source with the reason, so the needs gate can still say why a fact is missing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from netdoctor.host.sources import SOURCES, SOURCES_BY_NAME, Scope, Source
+from netdoctor.host.types import CommandSpec
+from netdoctor.inventory.model import Inventory, LinkLayer
+
+# What judging a need also reads. The needs gate judges ib/roce/counters/qos through rdma;
+# the rule pack's port classes place RDMA ports by their GPU proximity (`near_gpu`: the
+# topo matrix, else GPU NUMA nodes); pcie judges GPUs and NICs; the probe is placed on
+# GPUs and NICs by the topology.
+IMPLIED_NEEDS: dict[str, frozenset[str]] = {
+    "ib": frozenset({"rdma"}),
+    "roce": frozenset({"rdma"}),
+    "counters": frozenset({"rdma"}),
+    "qos": frozenset({"roce"}),
+    "rdma": frozenset({"gpus", "topology"}),
+    "topology": frozenset({"gpus"}),
+    "pcie": frozenset({"gpus", "rdma"}),
+    "probe": frozenset({"gpus", "topology", "rdma"}),
+}
+FABRIC_SCAN_NOT_ASKED = "fabric scan not asked for (--fabric-scan)"
+NOT_NEEDED = "not needed by the selected checks"
+LIVE_ONLY = "collected only on a live node"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One command of the plan: the row it comes from and the fields it was expanded with."""
+
+    row: Source
+    fields: Mapping[str, str]
+    spec: CommandSpec
+
+
+def with_implied(needs: frozenset[str]) -> frozenset[str]:
+    """`needs` and every need their judgement reads, transitively."""
+    closed = set(needs)
+    pending = list(needs)
+    while pending:
+        for implied in IMPLIED_NEEDS.get(pending.pop(), frozenset()) - closed:
+            closed.add(implied)
+            pending.append(implied)
+    return frozenset(closed)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """`needs` None: everything. Build it with `Plan.of` so that implied needs are added."""
+
+    needs: frozenset[str] | None
+    fabric_scan: bool
+    is_snapshot: bool
+
+    @classmethod
+    def of(cls, needs: frozenset[str] | None, *, fabric_scan: bool, is_snapshot: bool) -> Plan:
+        return cls(None if needs is None else with_implied(needs), fabric_scan, is_snapshot)
+
+    def why_not(self, row: Source) -> str | None:
+        """None when `row` is collected, else why not."""
+        if not row.serves(self.needs):
+            return NOT_NEEDED
+        if row.fabric and not self.fabric_scan:
+            return FABRIC_SCAN_NOT_ASKED
+        if self.is_snapshot and not row.in_snapshot:
+            return LIVE_ONLY
+        return None
+
+    def wants(self, name: str) -> bool:
+        return self.why_not(SOURCES_BY_NAME[name]) is None
+
+    def left_out(self) -> Iterator[tuple[str, str]]:
+        """(row name, reason) for each node-wide row this plan does not collect."""
+        for row in SOURCES:
+            reason = self.why_not(row)
+            if reason is not None and row.scope is Scope.NODE:
+                yield row.name, reason
+
+    def commands(self, scope: Scope, inventory: Inventory) -> list[Job]:
+        """The commands of the collected rows of `scope`, expanded over the devices found so far."""
+        jobs = []
+        for row in SOURCES:
+            if row.is_command and row.scope is scope and self.why_not(row) is None:
+                jobs.extend(Job(row, fields, row.expand(**fields)) for fields in targets(scope, inventory))
+        return sorted(jobs, key=lambda job: (SOURCES.index(job.row), job.spec.name))
+
+
+def targets(scope: Scope, inventory: Inventory) -> list[dict[str, str]]:
+    """The template fields a row of `scope` is expanded with, from what is known so far."""
+    if scope is Scope.NODE:
+        return [{}]
+    if scope is Scope.IB_PORT:
+        return [{"dev": port.hca, "port": str(port.number)} for port in inventory.ports
+                if port.link_layer is LinkLayer.INFINIBAND]
+    return [{"netdev": name} for name in sorted(_roce_netdevs(inventory))]
+
+
+def _roce_netdevs(inventory: Inventory) -> set[str]:
+    names = {port.netdev for port in inventory.ports if port.link_layer is LinkLayer.ETHERNET and port.netdev}
+    # mlnx_qos speaks to the slaves of a RoCE LAG bond, not to the bond.
+    for bond in [netdev for netdev in inventory.netdevs if netdev.name in names and netdev.bond_slaves]:
+        names.discard(bond.name)
+        names.update(bond.bond_slaves)
+    # RoCE netdevs named by sysfs GID tables; fall back to netdevs of RoCE PCI functions.
+    functions = {hca.pci_address for hca in inventory.hcas if any(p.link_layer is LinkLayer.ETHERNET for p in hca.ports.values())}
+    names.update(netdev.name for netdev in inventory.netdevs if netdev.pci_address in functions and not netdev.is_ipoib)
+    return names
