@@ -33,6 +33,7 @@ from netdoctor.inventory.model import (
     Topology,
 )
 from netdoctor.report.model import Finding, Grade, Status, grade_of
+from netdoctor.probe.result import ProbeNotRun, ProbeResult
 from netdoctor.run import CheckOptions, counter_history, run_check
 
 RELEASE = threading.Event()   # set at the end of the session so hung test checks can exit
@@ -165,10 +166,11 @@ def test_skip_wins_over_unknown_in_gate() -> None:
 def test_probe_need() -> None:
     inventory = _full_inventory()
     assert NEED_JUDGES["probe"](inventory, None) == (Status.SKIP, "the NCCL probe was not run")
-    assert NEED_JUDGES["probe"](inventory, {"skipped": "--no-probe"}) == (
+    assert NEED_JUDGES["probe"](inventory, ProbeNotRun("--no-probe")) == (
         Status.SKIP, "the NCCL probe was not run: --no-probe")
-    assert NEED_JUDGES["probe"](inventory, {"error": "libnccl not found"}) == (
+    assert NEED_JUDGES["probe"](inventory, ProbeNotRun("libnccl not found", unknown=True)) == (
         Status.UNKNOWN, "the NCCL probe did not give a result: libnccl not found")
+    assert NEED_JUDGES["probe"](inventory, ProbeResult(status="ok")) is None
 
 
 # -- runner -----------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory
+from netdoctor.probe.result import ProbeNotRun, ProbeResult
 from netdoctor.report.model import Finding, Status
 
 T = TypeVar("T")
@@ -82,7 +83,7 @@ class CheckContext:
     inventory: Inventory
     rules: Mapping[str, Any]
     history: CounterHistory | None = None
-    probe: Mapping[str, Any] | None = None
+    probe: ProbeResult | ProbeNotRun | None = None   # the probe checks' input (need_probe)
 
     def rule(self, key: str, default: Any = None) -> Any:
         return self.rules.get(key, default)
