@@ -447,3 +447,43 @@ def test_a_kill_during_init_with_a_generous_budget_is_a_hang(tmp_path: Path, mon
     assert result.status == "timeout" and result.reason_code == "timeout"
     assert result.timeout_phase == "nccl-init"
     assert result.reason.startswith("probe timed out: NCCL init did not finish")
+
+
+# -- engines behind one interface ----------------------------------------------------------
+
+class _FakeEngine:
+    """An engine as a new one would be written: a name and run(request) -> ProbeResult."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.requests: list[ProbeRequest] = []
+
+    def run(self, request: ProbeRequest) -> ProbeResult:
+        from netdoctor.probe.expectation import GpuLinks
+
+        self.requests.append(request)
+        return ProbeResult(status="ok", gpu_links=(GpuLinks(0), GpuLinks(1)))
+
+
+def test_a_new_engine_is_one_entry_in_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeEngine()
+    monkeypatch.setitem(ENGINES, fake.name, fake)
+    result = run_probe(gpus=None, engine="fake", budget_s=engine.MIN_PROBE_BUDGET_S, localise_below_fraction=0.9)
+    [request] = fake.requests
+    assert request.pass_fraction == 0.9 and request.sizes == tuple(engine.DEFAULT_SIZES)
+    # What every result carries is filled in by the dispatcher, not by each engine.
+    assert (result.engine, result.gpus, result.gpu_count) == ("fake", (0, 1), 2)
+    assert result.duration_s >= 0
+    # Requests an engine could not honour never reach it.
+    assert run_probe(gpus=None, engine="fake", budget_s=1.0).reason_code == "budget-too-short"
+    assert len(fake.requests) == 1
+
+
+def test_a_refused_request_keeps_the_short_json_shape() -> None:
+    result = run_probe(gpus=None, sizes=[6], budget_s=1.0)
+    data = result.to_json()
+    assert data["status"] == "error" and data["reason_code"] == "bad-sizes"
+    # The engine never ran: no NVML link facts and no NCCL warnings, so no such keys.
+    assert "gpu_links" not in data and "nccl_warnings" not in data
+    assert ProbeResult.from_json(data).to_json() == data

@@ -51,7 +51,11 @@ KILL_GRACE_S = 0.3
 
 
 class _ProcessGroups:
-    """Process groups of running tools; killed when the caller leaves for any reason."""
+    """Process groups of running processes; killed when the caller leaves for any reason.
+
+    Killed at once (SIGKILL, no grace): on an interrupt or at interpreter exit nobody is
+    left to wait out a grace period; every other stop goes through `stop_group`.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -87,26 +91,26 @@ def _signal_group(group: int, signum: int) -> None:
         pass
 
 
-def wait_exited(pid: int, timeout_s: float) -> bool:
-    """Wait up to `timeout_s` for child `pid` to exit, WITHOUT reaping it; True if it did.
+def wait_exited(pid: int, timeout_s: float | None) -> bool:
+    """Wait up to `timeout_s` (None: no limit) for child `pid` to exit, WITHOUT reaping it; True if it did.
 
     Unreaped, its pid (= its process group id) cannot be reused, so its group can still
     be killed safely afterwards.
     """
-    end = time.monotonic() + max(timeout_s, 0.0)
+    end = None if timeout_s is None else time.monotonic() + max(timeout_s, 0.0)
     try:
         pidfd: int | None = os.pidfd_open(pid)   # readable once the child exits
     except (AttributeError, OSError):
         pidfd = None
     try:
         while not has_exited(pid):
-            left = end - time.monotonic()
-            if left <= 0:
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
                 return False
             if pidfd is not None:
                 select.select([pidfd], [], [], left)
             else:
-                time.sleep(min(left, 0.01))
+                time.sleep(0.01 if left is None else min(left, 0.01))
         return True
     finally:
         if pidfd is not None:
@@ -146,20 +150,17 @@ class ProcessGroup:
         return self._expired.is_set()
 
     def wait(self) -> bool:
-        """Wait (unreaped) until the leader exits or `end`; at `end` the group is stopped. True if it exited."""
-        left = None if self.end is None else self.end - time.monotonic()
-        if left is None:
-            self.process.wait()
-            return True
-        if wait_exited(self.process.pid, left):
-            return True
-        self.expire()
-        return False
+        """Wait (unreaped) for the leader to exit, stopping the group at `end`; True if it ended by itself."""
+        left = None if self.end is None else max(0.0, self.end - time.monotonic())
+        if not wait_exited(self.process.pid, left):
+            self.expire()
+        return not self.timed_out
 
     def expire(self) -> None:
-        """Time is up: stop the whole group (TERM, grace, KILL)."""
+        """Time is up: stop the whole group (TERM, grace, KILL) and see the leader gone."""
         self._expired.set()
         stop_group(self.process.pid, self.grace_s)
+        wait_exited(self.process.pid, self.grace_s)      # SIGKILL is delivered asynchronously
 
 
 @contextlib.contextmanager

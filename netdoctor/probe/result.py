@@ -129,6 +129,10 @@ class Transport:
                    logged="nvls_channels" in data)
 
 
+def _gpu_links(entry: Mapping[str, Any]) -> GpuLinks:
+    return GpuLinks(**{item.name: entry.get(item.name) for item in fields(GpuLinks)})
+
+
 @dataclass(frozen=True)
 class ProbeDevice:
     """A GPU as CUDA named it to the worker."""
@@ -191,7 +195,8 @@ class ProbeResult:
             "localisation": [row.to_json() for row in self.localisation],
             "timings": None if self.timings is None else dict(self.timings),
             "cuda_driver_version": self.cuda_driver_version, "gpus": list(self.gpus), "gpu_count": self.gpu_count,
-            "nccl_version": self.nccl_version, "nccl_library": self.nccl_library, "devices": devices, "verification": self.verification,
+            "nccl_version": self.nccl_version, "nccl_library": self.nccl_library, "devices": devices,
+            "verification": self.verification,
             "truncated": self.truncated, "worker_s": self.worker_s, "timeout_phase": self.timeout_phase,
             "busbw_gbps": self.busbw_gbps, "transport": self.transport.to_json(), "nccl_warnings": warnings,
             "engine": self.engine, "gpu_links": links, "budget_s": self.budget_s,
@@ -213,7 +218,7 @@ class ProbeResult:
             busbw_gbps=data.get("busbw_gbps"), transport=Transport.from_json(data.get("transport")),
             localisation=tuple(LocalisationRow.from_json(row) for row in data.get("localisation") or ()
                                if isinstance(row, Mapping)),
-            gpu_links=None if links is None else tuple(GpuLinks(**{item.name: entry.get(item.name) for item in fields(GpuLinks)}) for entry in links
+            gpu_links=None if links is None else tuple(_gpu_links(entry) for entry in links
                                                       if isinstance(entry, Mapping) and "index" in entry),
             devices=None if devices is None else tuple(
                 ProbeDevice(entry["index"], entry.get("name") or None, entry.get("pci_bus_id"))
