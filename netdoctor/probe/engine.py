@@ -122,8 +122,7 @@ def worker_environment(env: Mapping[str, str] | None) -> dict[str, str]:
     merged.setdefault("NCCL_NVLS_ENABLE", "0")
     merged.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     merged["PYTHONDONTWRITEBYTECODE"] = "1"
-    merged["LC_ALL"] = "C"
-    return merged
+    return merged                                  # the runner adds LC_ALL=C, as for every process
 
 
 def _no_dmabuf_query(address: str) -> bool | None:
