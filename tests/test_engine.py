@@ -410,3 +410,18 @@ def test_unwritable_state_does_not_break_the_run(tmp_path: Path) -> None:
     report = run_check(options, source=FakeSource(is_snapshot=False), registry=_counters_registry(), env={})
     assert [finding.check for finding in report.findings] == ["zz-counters"]
     assert counter_history(options, Inventory("h", "2026-11-21T22:40:00Z"), {}, is_snapshot=False) is None
+
+
+def test_the_probe_command_is_this_pipeline_with_the_probe_checks_alone() -> None:
+    """`netdoctor probe` selects the checks whose needs include "probe" and marks them
+    required whatever the pack says (so their `unknown` would be the grade)."""
+    registry = _registry(Check("zz-fail", "x", _returning(Status.FAIL)),
+                         Check("nccl-probe", "x", _returning(Status.PASS), ("probe",)),
+                         Check("nic-loopback", "x", _returning(Status.PASS), ("probe",)))
+    report = run_check(CheckOptions(rules="default", probe_only=True, probe_budget_s=5.0), source=FakeSource(),
+                       registry=registry, env={})
+    assert [outcome.check for outcome in report.checks] == ["nccl-probe", "nic-loopback"]
+    assert all(outcome.required for outcome in report.checks)
+    # A snapshot is not probed: both probe checks skip, and the node is not failed by zz-fail.
+    assert [finding.status for finding in report.findings] == [Status.SKIP, Status.SKIP]
+    assert report.grade is Grade.PASS and report.probe is None
