@@ -79,9 +79,12 @@ def run_reference(world: int) -> dict[str, Any]:
 
 def run_netdoctor(budget_s: float) -> dict[str, Any]:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from netdoctor.checks.rules import load_rules
     from netdoctor.probe import run_probe
+    from netdoctor.probe.result import ProbeRequest
 
-    return run_probe(gpus=None, sizes=SIZES, budget_s=budget_s)
+    pass_fraction = float(load_rules("default", None).section("nccl-probe")["pass_fraction"])
+    return run_probe(ProbeRequest(budget_s=budget_s, pass_fraction=pass_fraction, sizes=tuple(SIZES))).to_json()
 
 
 def main() -> int:

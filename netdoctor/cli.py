@@ -218,12 +218,48 @@ def probe(
     rules: RulesOption = None,
     snapshot: SnapshotOption = None,
 ) -> int:
-    """Run only the NCCL probe and print its result."""
+    """Run only the NCCL probe and print its result (the `check` pipeline with the probe checks alone)."""
+    from netdoctor.report.render import render
+    from netdoctor.run import CheckOptions, run_check
+
+    if snapshot is not None:
+        raise UsageError("the NCCL probe runs only on a live node; --snapshot cannot be probed "
+                         "(use `netdoctor check --snapshot` to judge a snapshot)")
     try:
-        from netdoctor.probe.command import probe_command
+        from netdoctor.probe.dispatch import engine_names
     except ImportError as error:
         raise NetdoctorError(f"the NCCL probe is not available: {error}") from error
-    return probe_command(gpus, engine, _positive_deadline(budget, budget), output_format.value, output, rules, snapshot)
+    if engine not in engine_names():
+        raise UsageError(f"--engine {engine!r}: choose {', '.join(engine_names())}")
+    indices = parse_gpu_list(gpus)
+    if indices is not None and len(indices) < 2:
+        raise UsageError(f"--gpus {gpus!r}: an all-reduce needs at least 2 GPUs")
+    options = CheckOptions(rules=rules, probe_only=True, probe_gpus=indices, probe_engine=engine,
+                           probe_budget_s=_positive_deadline(budget, budget))
+    report = run_check(options)
+    if output_format is ReportFormat.TEXT:
+        from netdoctor.report.probe_text import render_probe_text
+
+        text = render_probe_text(report)
+    else:
+        text = render(report, output_format.value)
+    _emit(text, output)
+    return report.grade.exit_code
+
+
+def parse_gpu_list(text: str | None) -> tuple[int, ...] | None:
+    """`"0,1,3"` -> (0, 1, 3); None or empty -> None (all GPUs)."""
+    if text is None or not text.strip():
+        return None
+    indices: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise UsageError(f"--gpus {text!r}: expected comma-separated GPU indices such as 0,1,2,3")
+        if int(part) in indices:
+            raise UsageError(f"--gpus {text!r}: GPU {part} is listed twice")
+        indices.append(int(part))
+    return tuple(indices)
 
 
 @app.command("checks")

@@ -1,9 +1,13 @@
-"""Orchestration of `netdoctor check`: source -> inventory -> rules -> history -> probe -> checks -> report.
+"""Orchestration of `netdoctor check` and `netdoctor probe`: source -> inventory -> rules ->
+history -> probe -> checks -> report.
 
 Everything runs against one wall-clock deadline (`--deadline`, default 10 s, 20 s when
 the NCCL probe runs). Discovery and the probe run in daemon threads that the main
 thread stops waiting for at their share of the budget, so the report always comes by
 the deadline (plus a fraction of a second), even when a tool, NVML or a plugin hangs.
+`netdoctor probe` is the same pipeline with only the probe checks selected and the
+probe's own request (`--gpus`, `--engine`, `--budget`: the probe gets the whole budget
+after discovery).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +30,7 @@ from netdoctor.checks.registry import Registry, load_registry
 from netdoctor.errors import NetdoctorError, UsageError
 from netdoctor.host.types import NodeSource
 from netdoctor.inventory.model import Inventory
+from netdoctor.probe.result import ProbeNotRun, ProbeRequest, ProbeResult
 from netdoctor.report.model import Finding, Grade, Report, Status, grade_of
 from netdoctor.util import utc_now_iso
 
@@ -66,6 +71,12 @@ class CheckOptions:
     plugin_dirs: tuple[Path, ...] = ()
     debug: bool = False
     fabric_scan: bool | None = None   # None: live nodes no, snapshots use a recorded scan
+    # `netdoctor probe`: only the probe checks, required whatever the pack says, and the
+    # probe's own request; probe_budget_s set means the probe gets exactly that long.
+    probe_only: bool = False
+    probe_gpus: tuple[int, ...] | None = None
+    probe_engine: str = "auto"
+    probe_budget_s: float | None = None
 
 
 @contextlib.contextmanager
@@ -174,16 +185,24 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
     if registry is None:
         load_s = min(PLUGIN_LOAD_S, options.deadline_s / 4) if options.deadline_s else PLUGIN_LOAD_S
         registry = _load_plugins(options.plugin_dirs, load_s)
-    selected = select_checks(registry, options.only, options.skip)   # usage errors before any work
+    only = options.only or (probe_checks(registry) if options.probe_only else ())
+    selected = select_checks(registry, only, options.skip)   # usage errors before any work
     wants_probe = not options.no_probe and any("probe" in check.needs for check in selected)
     total_s = options.deadline_s if options.deadline_s is not None else (
         DEFAULT_DEADLINE_WITH_PROBE_S if wants_probe else DEFAULT_DEADLINE_S)
     if not total_s > 0:
         raise UsageError(f"--deadline must be a positive number of seconds, not {total_s}")
-    deadline = start + total_s
     reserve_s = min(RESERVE_S, total_s * 0.1)
+    if options.probe_budget_s is not None:
+        # The probe's own budget comes after discovery, which keeps its usual share.
+        discovery_s = DEFAULT_DEADLINE_S - reserve_s
+        total_s = discovery_s + options.probe_budget_s + reserve_s
     # With the probe, discovery may use at most half of the budget; the probe gets the rest.
-    discovery_s = (total_s - reserve_s) / 2 if wants_probe and options.snapshot is None else total_s - reserve_s
+    elif wants_probe and options.snapshot is None:
+        discovery_s = (total_s - reserve_s) / 2
+    else:
+        discovery_s = total_s - reserve_s
+    deadline = start + total_s
     discovery_deadline = start + discovery_s
 
     opened = contextlib.nullcontext(source) if source is not None else open_source(
@@ -203,16 +222,25 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         if any("counters" in check.needs for check in selected):
             history = counter_history(options, inventory, environment, is_snapshot=node.is_snapshot,
                                       deadline=discovery_deadline)
-        probe_for_checks, probe_report = _probe(options, inventory, wants_probe, deadline - reserve_s,
+        probe_deadline = deadline - reserve_s
+        if options.probe_budget_s is not None:
+            probe_deadline = time.monotonic() + options.probe_budget_s
+            deadline = probe_deadline + reserve_s
+        probe_for_checks, probe_report = _probe(options, inventory, wants_probe, probe_deadline,
                                                 is_snapshot=node.is_snapshot,
                                                 pass_fraction=float(pack.section("nccl-probe")["pass_fraction"]))
-        findings, outcomes = run_checks(inventory, pack, registry, only=options.only, skip=options.skip,
+        findings, outcomes = run_checks(inventory, pack, registry, only=only, skip=options.skip,
                                         history=history, probe=probe_for_checks,
                                         deadline=deadline - reserve_s / 2, debug=options.debug)
     findings = registry.problem_findings() + findings
+    # `netdoctor probe`: whatever the pack requires, the probe's `unknown` (nothing measured)
+    # is the command's answer, exit 3, not a pass.
+    required = pack.required | (frozenset(only) if options.probe_only else frozenset())
+    if options.probe_only:
+        outcomes = [replace(outcome, required=True) if outcome.check in only else outcome for outcome in outcomes]
     return Report(
         host=inventory.host,
-        grade=grade_of(findings, pack.required),
+        grade=grade_of(findings, required),
         started_at=started_at,
         duration_s=time.monotonic() - start,
         rules=pack.name,
@@ -264,39 +292,46 @@ def counter_history(options: CheckOptions, inventory: Inventory, env: Mapping[st
         return None
 
 
+def probe_checks(registry: Registry) -> tuple[str, ...]:
+    """The ids of the checks that judge the probe (those whose needs include "probe")."""
+    return tuple(check.id for check in registry.checks() if "probe" in check.needs)
+
+
 def _probe(options: CheckOptions, inventory: Inventory, wants_probe: bool, deadline: float, *,
-           is_snapshot: bool, pass_fraction: float) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+           is_snapshot: bool, pass_fraction: float) -> tuple[ProbeResult | ProbeNotRun, dict[str, Any] | None]:
     """(what the checks see, what the report carries): the report's `probe` only when it ran.
 
     Below `pass_fraction` of the expected bus bandwidth the probe spends what is left of
-    its budget naming the slow GPU or link.
+    its budget naming the slow GPU or link. Its processes run through netdoctor.host.runner.
     """
     if not wants_probe:
-        why = "--no-probe" if options.no_probe else "no selected check needs it"
-        return {"skipped": why}, None
+        return ProbeNotRun("--no-probe" if options.no_probe else "no selected check needs it"), None
     if is_snapshot:
-        return {"skipped": "a snapshot is judged; the probe runs only on a live node"}, None
+        return ProbeNotRun("a snapshot is judged; the probe runs only on a live node"), None
     if not inventory.gpus:
-        return {"skipped": "no NVIDIA GPUs"}, None
+        return ProbeNotRun("no NVIDIA GPUs"), None
     budget_s = deadline - time.monotonic()
-    if budget_s < 1.0:
-        return {"error": f"no time left for the probe ({budget_s:.1f} s)"}, None
+    if budget_s < 1.0 and options.probe_budget_s is None:
+        return ProbeNotRun(f"no time left for the probe ({budget_s:.1f} s)", unknown=True), None
+    nvml = inventory.source("nvml")
+    request = ProbeRequest(budget_s=options.probe_budget_s or budget_s, pass_fraction=pass_fraction,
+                           gpus=options.probe_gpus, engine=options.probe_engine)
+    node_gpus = tuple(gpu.index for gpu in inventory.gpus) if nvml.usable else None
     try:
         from netdoctor.probe import run_probe
     except ImportError as error:
-        result: dict[str, Any] = {"error": f"the NCCL probe is not available: {error}"}
-        return result, result
+        missing = ProbeNotRun(f"the NCCL probe is not available: {error}", unknown=True)
+        return missing, missing.to_json()
     try:
-        raw = _call_with_deadline("nccl-probe", lambda: run_probe(gpus=None, budget_s=budget_s, inventory=inventory,
-                                                                  localise_below_fraction=pass_fraction),
-                                  deadline + 0.5)
+        result = _call_with_deadline("nccl-probe", lambda: run_probe(request, node_gpus=node_gpus), deadline + 0.5)
     except _Timeout:
-        result = {"error": f"the probe did not finish within {budget_s:.1f} s"}
-        return result, result
+        hung = ProbeNotRun(f"the probe did not finish within {request.budget_s:.1f} s", unknown=True)
+        return hung, hung.to_json()
     except Exception as error:
         if options.debug:
             raise
-        result = {"error": f"probe failed: {type(error).__name__}: {error}"}
-        return result, result
-    result = dict(raw)
-    return result, result
+        failed = ProbeNotRun(f"probe failed: {type(error).__name__}: {error}", unknown=True)
+        return failed, failed.to_json()
+    if result.reason_code == "bad-gpus" and options.probe_gpus is not None:
+        raise UsageError(f"--gpus {','.join(map(str, options.probe_gpus))!r}: {result.reason}")
+    return result, result.to_json()

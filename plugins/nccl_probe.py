@@ -14,14 +14,16 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory
 from netdoctor.probe.expectation import GpuLinks, expected_busbw, nvlink_version_name, size_text
+from netdoctor.probe.result import LocalisationRow, ProbeResult
 from netdoctor.report.model import STATUS_SEVERITY
+from netdoctor.util import canonical_pci_address
 
 CHECK_ID = "nccl-probe"
 SLOW_REMEDY = ("compare with `nvidia-smi topo -m` and `nvidia-smi nvlink -s`; check NCCL_P2P_DISABLE / "
@@ -29,14 +31,10 @@ SLOW_REMEDY = ("compare with `nvidia-smi topo -m` and `nvidia-smi nvlink -s`; ch
 TIMEOUT_REMEDY = ("drain the node; look for a stuck GPU (`nvidia-smi`, Xid errors in `dmesg`), "
                   "then reset the GPUs or reboot")
 WRONG_REMEDY = "drain the node: an all-reduce gave a wrong sum; check `dmesg` for Xid errors and run GPU diagnostics"
-# Codes of run_probe results that mean "not applicable here" rather than "could not decide".
-_NOT_APPLICABLE = {"single-gpu", "no-gpus", "no-driver"}
 BUDGET_REMEDY = ("give the probe more time: `netdoctor check --deadline SECONDS` (the probe gets about half) "
                  "or `netdoctor probe --budget SECONDS`")
 _SKIP_REMEDY = {"no-nccl": "install NCCL: `pip install netdoctor[probe]` or the system libnccl2 package",
                 "no-nccl-tests": "put nccl-tests' all_reduce_perf on PATH, or use `--engine nccl`"}
-
-
 
 
 def _fraction_rule(ctx: CheckContext, key: str) -> float:
@@ -65,52 +63,61 @@ def _nvlink_peers(inventory: Inventory, index: int, probed: list[int]) -> int | 
     return total if seen else None
 
 
-def gpu_links(probe: Mapping[str, Any], inventory: Inventory) -> list[GpuLinks]:
-    """Link facts of the probed GPUs: what the probe read from NVML, else the inventory."""
-    probed = [int(index) for index in probe.get("gpus") or []]
-    by_index = {int(entry["index"]): entry for entry in probe.get("gpu_links") or [] if "index" in entry}
+def gpu_links(probe: ProbeResult, inventory: Inventory) -> list[GpuLinks]:
+    """Link facts of the probed GPUs: the inventory's (NVML, else sysfs), else what the probe read from NVML.
+
+    The GPU the probe ran on is found in the inventory by its PCI address when CUDA named
+    one (CUDA and the inventory may number GPUs differently), else by its index.
+    """
+    probed = list(probe.gpus)
+    by_index = {link.index: link for link in probe.gpu_links or ()}
+    addresses = {device.index: device.pci_bus_id for device in probe.devices or () if device.pci_bus_id}
     inventory_gpus = {gpu.index: gpu for gpu in inventory.gpus}
+    by_address = {gpu.pci_address: gpu for gpu in inventory.gpus if gpu.pci_address}
     links = []
     for index in probed or sorted(by_index) or sorted(inventory_gpus):
-        entry = by_index.get(index, {})
-        gpu = inventory_gpus.get(index)
-        name = entry.get("name") or (gpu.name if gpu else None)
-        pcie = gpu.pcie if gpu else None
+        entry = by_index.get(index) or GpuLinks(index=index)
+        gpu = by_address.get(canonical_pci_address(addresses[index])) if index in addresses else None
+        gpu = gpu or inventory_gpus.get(index)
+        name = entry.name or (gpu.name if gpu else None)
+        # NVML's view of the link, else the kernel's (sysfs): a node without NVML still has one.
+        pcie = (gpu.pcie or inventory.pcie.get(gpu.pci_address or "")) if gpu else None
         links.append(GpuLinks(
             index=index, name=name,
-            nvlink_version=nvlink_version_name(entry.get("nvlink_version"), name),
-            nvlink_active=gpu.nvlink_active if gpu and gpu.nvlink_active is not None else entry.get("nvlink_active"),
-            nvlink_total=gpu.nvlink_total if gpu and gpu.nvlink_total is not None else entry.get("nvlink_total"),
+            nvlink_version=nvlink_version_name(entry.nvlink_version, name),
+            nvlink_active=gpu.nvlink_active if gpu and gpu.nvlink_active is not None else entry.nvlink_active,
+            nvlink_total=gpu.nvlink_total if gpu and gpu.nvlink_total is not None else entry.nvlink_total,
             nvlink_peers=_nvlink_peers(inventory, index, probed) if probed else None,
-            pcie_gen=(pcie.max_gen if pcie and pcie.max_gen else None) or entry.get("pcie_gen"),
-            pcie_width=(pcie.max_width if pcie and pcie.max_width else None) or entry.get("pcie_width")))
+            pcie_gen=(pcie.max_gen if pcie and pcie.max_gen else None) or entry.pcie_gen,
+            pcie_width=(pcie.max_width if pcie and pcie.max_width else None) or entry.pcie_width))
     return links
 
 
 @check(CHECK_ID, "a short NCCL all-reduce over the local GPUs: bus bandwidth against the expected level",
        needs=("gpus", "probe"), order=90)
 def nccl_probe(ctx: CheckContext) -> Iterator[Finding]:
-    # The needs gate (need_probe) has already turned "not run" (None, {"skipped": why}) and
-    # "no result" ({"error": why}) into this check's one finding: here `probe` is a result.
-    probe = ctx.probe or {}
-    status = probe.get("status")
-    reason = probe.get("reason") or ""
-    base = {"nccl_version": probe.get("nccl_version"), "engine": probe.get("engine"), "gpus": probe.get("gpus"),
-            "duration_s": probe.get("duration_s")}
+    # The needs gate (need_probe) has already turned "not run" and "no result" (ProbeNotRun)
+    # into this check's one finding: here `probe` is a result.
+    probe = ctx.probe
+    assert isinstance(probe, ProbeResult), "need_probe lets only a ProbeResult through"
+    status = probe.status
+    reason = probe.reason
+    base = {"nccl_version": probe.nccl_version, "engine": probe.engine, "gpus": list(probe.gpus),
+            "duration_s": probe.duration_s}
     if status == "skipped":
-        if probe.get("reason_code") in _NOT_APPLICABLE:
+        if probe.not_applicable:
             yield ctx.skip("node", reason, evidence=base)
         else:
             yield ctx.unknown("node", reason, evidence=base,
-                              remedy=_SKIP_REMEDY.get(probe.get("reason_code"), _SKIP_REMEDY["no-nccl"]))
+                              remedy=_SKIP_REMEDY.get(probe.reason_code or "", _SKIP_REMEDY["no-nccl"]))
         return
-    if status == "timeout" and probe.get("reason_code") == "init-timeout":
+    if status == "timeout" and probe.reason_code == "init-timeout":
         # Killed before NCCL init finished: too little time is as likely as a hang.
         yield ctx.unknown("node", reason or "timeout during NCCL init", evidence=base, remedy=BUDGET_REMEDY)
         return
-    if status == "error" and probe.get("reason_code") == "budget-too-short":
-        yield ctx.unknown("node", reason, evidence={**base, "budget_s": probe.get("budget_s"),
-                                                    "min_budget_s": probe.get("min_budget_s")},
+    if status == "error" and probe.reason_code == "budget-too-short":
+        yield ctx.unknown("node", reason, evidence={**base, "budget_s": probe.budget_s,
+                                                    "min_budget_s": probe.min_budget_s},
                           remedy=BUDGET_REMEDY)
         return
     if status == "timeout":
@@ -119,7 +126,8 @@ def nccl_probe(ctx: CheckContext) -> Iterator[Finding]:
         return
     if status == "wrong-result":
         yield ctx.graded(ctx.severity("wrong_result_status"), "node",
-                         f"all-reduce result is wrong: {reason}", evidence={**base, "sizes": probe.get("sizes")},
+                         f"all-reduce result is wrong: {reason}",
+                         evidence={**base, "sizes": [row.to_json() for row in probe.sizes]},
                          remedy=WRONG_REMEDY, rule="wrong_result_status")
         return
     if status != "ok":
@@ -128,32 +136,31 @@ def nccl_probe(ctx: CheckContext) -> Iterator[Finding]:
     yield from _judge_bandwidth(ctx, probe, base)
 
 
-def _judge_bandwidth(ctx: CheckContext, probe: Mapping[str, Any], base: dict[str, Any]) -> Iterator[Finding]:
-    sizes = probe.get("sizes") or []
-    if not sizes:
-        truncated = probe.get("truncated")
+def _judge_bandwidth(ctx: CheckContext, probe: ProbeResult, base: dict[str, Any]) -> Iterator[Finding]:
+    largest = probe.largest
+    if largest is None:
+        truncated = probe.truncated
         if truncated:
             yield ctx.unknown("node", f"probe returned no measurements: {truncated}", evidence=base,
                               remedy=BUDGET_REMEDY)
         else:
             yield ctx.unknown("node", "probe returned no measurements", evidence=base)
         return
-    largest = max(sizes, key=lambda row: row["bytes"])
-    busbw = float(largest["busbw_gbps"])
-    transport = probe.get("transport") or {}
-    evidence: dict[str, Any] = {**base, "nccl_busbw_gbps": busbw, "bytes": largest["bytes"],
-                                "time_us": largest.get("time_us"), "transport": transport.get("kind"),
-                                "channels": transport.get("channels"), "gdr": transport.get("gdr"),
-                                "sizes": sizes}
+    busbw = float(largest.busbw_gbps)
+    transport = probe.transport
+    evidence: dict[str, Any] = {**base, "nccl_busbw_gbps": busbw, "bytes": largest.bytes,
+                                "time_us": largest.time_us, "transport": transport.kind,
+                                "channels": transport.channels, "gdr": transport.gdr,
+                                "sizes": [row.to_json() for row in probe.sizes]}
     min_bytes = int(ctx.rule("min_judged_bytes"))
-    if largest["bytes"] < min_bytes:
-        yield ctx.unknown("node", f"largest message ({size_text(largest['bytes'])}) is below "
+    if largest.bytes < min_bytes:
+        yield ctx.unknown("node", f"largest message ({size_text(largest.bytes)}) is below "
                           f"{size_text(min_bytes)}: too small to judge bandwidth", evidence=evidence,
                           rule="min_judged_bytes")
         return
     links = gpu_links(probe, ctx.inventory)
     override = ctx.rule("expected_busbw_gbps")
-    expectation = expected_busbw(links, int(largest["bytes"]))
+    expectation = expected_busbw(links, largest.bytes)
     expected = float(override) if override else expectation.busbw_gbps
     reasoning = f"pack sets expected_busbw_gbps = {override}" if override else expectation.reasoning
     evidence.update(expected_gbps=expected, interconnect=expectation.interconnect, reasoning=reasoning)
@@ -164,9 +171,9 @@ def _judge_bandwidth(ctx: CheckContext, probe: Mapping[str, Any], base: dict[str
     warn_fraction = _fraction_rule(ctx, "warn_fraction")
     fraction = busbw / expected if expected > 0 else 0.0
     evidence["fraction"] = round(fraction, 3)
-    carried = transport.get("kind") or "unknown transport"
-    sentence = (f"all-reduce busbw {busbw:.1f} GB/s at {size_text(largest['bytes'])} over {len(links)} GPUs "
-                f"via {carried} ({transport.get('channels') or '?'} channels) = {fraction:.0%} of the expected "
+    carried = transport.kind or "unknown transport"
+    sentence = (f"all-reduce busbw {busbw:.1f} GB/s at {size_text(largest.bytes)} over {len(links)} GPUs "
+                f"via {carried} ({transport.channels or '?'} channels) = {fraction:.0%} of the expected "
                 f"{expected:.1f} GB/s")
     if fraction >= pass_fraction:
         status, rule = Status.PASS, "pass_fraction"
@@ -176,7 +183,7 @@ def _judge_bandwidth(ctx: CheckContext, probe: Mapping[str, Any], base: dict[str
         status, rule = Status.FAIL, "warn_fraction"
     # NVLink present but NCCL not using it (P2P disabled, ACS, a broken link): say so even
     # when the bandwidth still passes, since the node is not running as built.
-    if expectation.interconnect == "NVLink" and transport.get("kind") not in (None, "P2P/NVLink"):
+    if expectation.interconnect == "NVLink" and transport.kind not in (None, "P2P/NVLink"):
         mismatch = ctx.severity("transport_mismatch_status")
         sentence += f"; the GPUs have NVLink but NCCL used {carried}"
         if STATUS_SEVERITY[mismatch] > STATUS_SEVERITY[status]:
@@ -186,51 +193,51 @@ def _judge_bandwidth(ctx: CheckContext, probe: Mapping[str, Any], base: dict[str
     else:
         yield ctx.graded(status, "node", f"{sentence}, below {pass_fraction:.0%}", evidence=evidence, rule=rule,
                          remedy=SLOW_REMEDY)
-    yield from _localise(ctx, probe.get("localisation") or [])
+    yield from _localise(ctx, probe.localisation)
 
 
-def _localise(ctx: CheckContext, rows: list[Mapping[str, Any]]) -> Iterator[Finding]:
+def _localise(ctx: CheckContext, rows: tuple[LocalisationRow, ...]) -> Iterator[Finding]:
     """Name the GPU (or pair) that is slow compared with its peers in the localisation runs."""
     slow_fraction = _fraction_rule(ctx, "localise_slow_fraction")
     for direction in ("host-to-device", "device-to-host"):
-        copies = [row for row in rows if row.get("kind") == "copy" and row.get("direction") == direction]
+        copies = [row for row in rows if row.kind == "copy" and row.direction == direction and row.gbps is not None]
         if len(copies) < 2:
             continue
         for row in copies:
-            others = [other["gbps"] for other in copies if other is not row]
+            others = [other.gbps for other in copies if other is not row]
             reference = statistics.median(others)
-            if reference > 0 and row["gbps"] < slow_fraction * reference:
-                gpu = row["gpus"][0]
-                yield ctx.warn(f"GPU{gpu}", f"{direction} copy {row['gbps']:.1f} GB/s, "
-                               f"{row['gbps'] / reference:.0%} of the other GPUs' {reference:.1f} GB/s: "
+            if reference > 0 and row.gbps < slow_fraction * reference:
+                gpu = row.gpus[0]
+                yield ctx.warn(f"GPU{gpu}", f"{direction} copy {row.gbps:.1f} GB/s, "
+                               f"{row.gbps / reference:.0%} of the other GPUs' {reference:.1f} GB/s: "
                                "its PCIe link is the likely bottleneck",
-                               evidence=dict(row), rule="localise_slow_fraction",
+                               evidence=row.to_json(), rule="localise_slow_fraction",
                                remedy="check this GPU's PCIe link (`nvidia-smi -q -d PCIE`) and its slot/riser")
-    pairs = [row for row in rows if row.get("kind") == "pair" and "busbw_gbps" in row]
+    pairs = [row for row in rows if row.kind == "pair" and row.busbw_gbps is not None]
     if len(pairs) < 3:
         return
     slow = []
     for row in pairs:
-        reference = statistics.median(other["busbw_gbps"] for other in pairs if other is not row)
-        if reference > 0 and row["busbw_gbps"] < slow_fraction * reference:
+        reference = statistics.median(other.busbw_gbps for other in pairs if other is not row)
+        if reference > 0 and row.busbw_gbps < slow_fraction * reference:
             slow.append((row, reference))
     # Neighbour pairs form a ring: a slow GPU slows both pairs it is in, a slow link one.
     counts: dict[int, int] = {}
     for row, _ in slow:
-        for gpu in row["gpus"]:
+        for gpu in row.gpus:
             counts[gpu] = counts.get(gpu, 0) + 1
     for gpu in sorted(gpu for gpu, count in counts.items() if count >= 2):
-        rows_of_gpu = [f"GPU{row['gpus'][0]}<->GPU{row['gpus'][1]} {row['busbw_gbps']:.1f} GB/s"
-                       for row, _ in slow if gpu in row["gpus"]]
+        rows_of_gpu = [f"GPU{row.gpus[0]}<->GPU{row.gpus[1]} {row.busbw_gbps:.1f} GB/s"
+                       for row, _ in slow if gpu in row.gpus]
         yield ctx.warn(f"GPU{gpu}", f"slow in both neighbour pairs ({'; '.join(rows_of_gpu)}), the other pairs reach "
-                       f"{statistics.median(row['busbw_gbps'] for row in pairs):.1f} GB/s",
-                       evidence={"pairs": [dict(row) for row, _ in slow if gpu in row["gpus"]]},
+                       f"{statistics.median(row.busbw_gbps for row in pairs):.1f} GB/s",
+                       evidence={"pairs": [row.to_json() for row, _ in slow if gpu in row.gpus]},
                        rule="localise_slow_fraction", remedy="check this GPU's NVLinks: `nvidia-smi nvlink -s -i N`")
     for row, reference in slow:
-        first, second = row["gpus"]
+        first, second = row.gpus
         if counts.get(first, 0) >= 2 or counts.get(second, 0) >= 2:
             continue
-        yield ctx.warn(f"GPU{first}", f"the GPU{first}<->GPU{second} path is slow: {row['busbw_gbps']:.1f} GB/s, "
-                       f"{row['busbw_gbps'] / reference:.0%} of the other pairs' {reference:.1f} GB/s",
-                       evidence=dict(row), rule="localise_slow_fraction",
+        yield ctx.warn(f"GPU{first}", f"the GPU{first}<->GPU{second} path is slow: {row.busbw_gbps:.1f} GB/s, "
+                       f"{row.busbw_gbps / reference:.0%} of the other pairs' {reference:.1f} GB/s",
+                       evidence=row.to_json(), rule="localise_slow_fraction",
                        remedy="check the NVLinks between the two GPUs: `nvidia-smi nvlink -s`")

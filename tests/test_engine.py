@@ -33,6 +33,7 @@ from netdoctor.inventory.model import (
     Topology,
 )
 from netdoctor.report.model import Finding, Grade, Status, grade_of
+from netdoctor.probe.result import ProbeNotRun, ProbeResult
 from netdoctor.run import CheckOptions, counter_history, run_check
 
 RELEASE = threading.Event()   # set at the end of the session so hung test checks can exit
@@ -168,10 +169,11 @@ def test_skip_wins_over_unknown_in_gate() -> None:
 def test_probe_need() -> None:
     inventory = _full_inventory()
     assert NEED_JUDGES["probe"](inventory, None) == (Status.SKIP, "the NCCL probe was not run")
-    assert NEED_JUDGES["probe"](inventory, {"skipped": "--no-probe"}) == (
+    assert NEED_JUDGES["probe"](inventory, ProbeNotRun("--no-probe")) == (
         Status.SKIP, "the NCCL probe was not run: --no-probe")
-    assert NEED_JUDGES["probe"](inventory, {"error": "libnccl not found"}) == (
+    assert NEED_JUDGES["probe"](inventory, ProbeNotRun("libnccl not found", unknown=True)) == (
         Status.UNKNOWN, "the NCCL probe did not give a result: libnccl not found")
+    assert NEED_JUDGES["probe"](inventory, ProbeResult(status="ok")) is None
 
 
 # -- runner -----------------------------------------------------------------------------
@@ -411,3 +413,18 @@ def test_unwritable_state_does_not_break_the_run(tmp_path: Path) -> None:
     report = run_check(options, source=FakeSource(is_snapshot=False), registry=_counters_registry(), env={})
     assert [finding.check for finding in report.findings] == ["zz-counters"]
     assert counter_history(options, Inventory("h", "2026-11-21T22:40:00Z"), {}, is_snapshot=False) is None
+
+
+def test_the_probe_command_is_this_pipeline_with_the_probe_checks_alone() -> None:
+    """`netdoctor probe` selects the checks whose needs include "probe" and marks them
+    required whatever the pack says (so their `unknown` would be the grade)."""
+    registry = _registry(Check("zz-fail", "x", _returning(Status.FAIL)),
+                         Check("nccl-probe", "x", _returning(Status.PASS), ("probe",)),
+                         Check("nic-loopback", "x", _returning(Status.PASS), ("probe",)))
+    report = run_check(CheckOptions(rules="default", probe_only=True, probe_budget_s=5.0), source=FakeSource(),
+                       registry=registry, env={})
+    assert [outcome.check for outcome in report.checks] == ["nccl-probe", "nic-loopback"]
+    assert all(outcome.required for outcome in report.checks)
+    # A snapshot is not probed: both probe checks skip, and the node is not failed by zz-fail.
+    assert [finding.status for finding in report.findings] == [Status.SKIP, Status.SKIP]
+    assert report.grade is Grade.PASS and report.probe is None

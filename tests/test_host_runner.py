@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from netdoctor.host import runner
 from netdoctor.host.runner import run_commands
 from netdoctor.host.types import CommandSpec, CommandState
 from tests.process_util import gone
@@ -176,3 +179,89 @@ def test_keyboard_interrupt_kills_every_started_tool() -> None:
     # Two tools, each a sleep (the exec'd shell) and its background sleep: four processes, all gone.
     assert len(seen) == 4
     assert all(gone(process.pid) for process in seen)
+
+
+# -- the same runner for processes that are not node tools (probe engines, parallel shells) ----
+
+def _python(code: str) -> tuple[str, ...]:
+    return (sys.executable, "-c", textwrap.dedent(code))
+
+
+def test_the_one_kill_path_terms_first_then_kills_what_ignores_it(tmp_path: Path) -> None:
+    """A worker that handles SIGTERM gets to clean up; one that ignores it is killed after the grace."""
+    polite, stubborn = tmp_path / "polite", tmp_path / "stubborn"
+    code = """
+        import os, signal, sys, time
+        marker = sys.argv[1]
+        if sys.argv[2] == "polite":
+            signal.signal(signal.SIGTERM, lambda *_: (open(marker, "w").write("cleaned up"), os._exit(0)))
+        else:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        open(marker + ".pid", "w").write(str(os.getpid()))
+        time.sleep(600)
+    """
+    for marker, kind in ((polite, "polite"), (stubborn, "stubborn")):
+        with runner.spawn([*_python(code), str(marker), kind], env=os.environ, timeout_s=60) as group:
+            while not Path(f"{marker}.pid").exists():
+                time.sleep(0.01)
+            started = time.monotonic()
+            runner.stop_group(group.process.pid, grace_s=0.3)
+            stopped_s = time.monotonic() - started
+            assert runner.wait_exited(group.process.pid, 5.0)
+        if kind == "polite":
+            assert marker.read_text() == "cleaned up" and stopped_s < 0.3
+        else:
+            assert not marker.exists() and stopped_s >= 0.3
+
+
+def test_run_merged_keeps_one_log_in_order_closes_stdin_and_uses_the_c_locale(tmp_path: Path) -> None:
+    spec = CommandSpec("worker", _python("""
+        import os, sys
+        print("out 1", flush=True)
+        print("err 2", file=sys.stderr, flush=True)
+        print("stdin " + repr(sys.stdin.read()), os.environ.get("LC_ALL"), flush=True)
+    """), timeout_s=30)
+    result = runner.run_merged(spec, env={**os.environ, "LC_ALL": "de_DE.UTF-8"})
+    assert result.state is CommandState.OK and result.returncode == 0
+    assert result.stdout.splitlines() == ["out 1", "err 2", "stdin '' C"]
+
+
+def test_run_merged_feeds_stdin_while_running_and_caps_the_log() -> None:
+    spec = CommandSpec("worker", _python("""
+        import sys
+        line = sys.stdin.readline()
+        sys.stdout.write(line.strip() * 100000)
+    """), timeout_s=30, max_output_bytes=1000)
+    result = runner.run_merged(spec, env=os.environ, while_running=lambda stdin: (stdin.write(b"x\n"), stdin.flush()))
+    assert result.state is CommandState.OK
+    assert result.stdout == "x" * 1000 and result.truncated
+
+
+def test_run_merged_stops_the_whole_group_at_the_deadline(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    spec = CommandSpec("worker", _python(f"""
+        import os, time
+        child = os.fork()
+        if child == 0:
+            time.sleep(600)
+            os._exit(0)
+        open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child}}")
+        time.sleep(600)
+    """), timeout_s=60)
+    result = runner.run_merged(spec, env=os.environ, deadline=time.monotonic() + 1.0)
+    assert result.state is CommandState.TIMEOUT and result.returncode is None
+    leader, child = (int(value) for value in pids.read_text().split())
+    assert gone(leader) and gone(child)
+    assert leader not in runner._LIVE_GROUPS._groups
+    missing = runner.run_merged(CommandSpec("nope", (str(tmp_path / "nope"),)), env=os.environ)
+    assert missing.state is CommandState.MISSING and "cannot start" in missing.stderr
+
+
+def test_spawn_watchdog_stops_a_group_whose_output_the_caller_blocks_on() -> None:
+    """The fleet sweep reads its shell's stdout line by line; the watchdog ends a shell that hangs."""
+    with runner.spawn(_python("import time; print('hello', flush=True); time.sleep(600)"), env=os.environ,
+                      timeout_s=1.0, text=True, watchdog=True) as group:
+        assert group.process.stdout is not None
+        lines = list(group.process.stdout)          # blocks until the group is stopped
+        assert not group.wait()                     # it did not end by itself
+    assert lines == ["hello\n"] and group.timed_out

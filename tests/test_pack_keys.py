@@ -38,6 +38,7 @@ from inventory_factory import dgx_h100, history_of, roce_node
 from netdoctor.checks.api import Check, CheckContext, CounterHistory
 from netdoctor.checks.needs import gate
 from netdoctor.checks.registry import Registry
+from netdoctor.probe.result import ProbeResult
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory, SourceState, SourceStatus
 from netdoctor.packs import RulePack, bundled_packs, load_rules
@@ -129,14 +130,15 @@ def grown(inventory: Inventory) -> CounterHistory:
         for port in inventory.ports})
 
 
-def probe_results() -> list[dict[str, Any]]:
+def probe_results() -> list[ProbeResult]:
     """Recorded probe results of a real node, and the failure shapes the check grades from the pack."""
     recorded = [json.loads((DEVICE / name).read_text(encoding="utf-8"))["probe"]
                 for name in ("probe-report.json", "probe-report-p2p-disabled.json")]
     slow = copy.deepcopy(recorded[0])
     slow["sizes"][-1]["busbw_gbps"] = 1.0
-    return [*recorded, slow, {"status": "timeout", "reason": "probe timed out after 30 s"},
-            {"status": "wrong-result", "reason": "sum off by 3"}]
+    shapes = [*recorded, slow, {"status": "timeout", "reason": "probe timed out after 30 s"},
+              {"status": "wrong-result", "reason": "sum off by 3"}]
+    return [ProbeResult.from_json(shape) for shape in shapes]
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +152,7 @@ def recorded_reads() -> dict[str, set[str]]:
         pack = recording(load_rules(name, env={}), asked)
         for inventory, history in runs:
             for check in checks:
-                probes: list[dict[str, Any] | None] = probe_results() if "probe" in check.needs else [None]
+                probes: list[ProbeResult | None] = probe_results() if "probe" in check.needs else [None]
                 for probe in probes:
                     if gate(check, inventory, probe) is not None:
                         continue

@@ -13,6 +13,7 @@ import pytest
 from netdoctor.checks.engine import run_checks
 from netdoctor.checks.registry import Registry
 from netdoctor.inventory.model import Gpu, Inventory, PcieLink, Topology
+from netdoctor.probe.result import ProbeNotRun, ProbeResult
 from netdoctor.report.model import Finding, Status
 from netdoctor_plugins.nccl_probe import gpu_links, nccl_probe
 from tests.inventory_factory import CAPTURED_AT, h100_gpus, pack, run_check, sources
@@ -30,10 +31,19 @@ def h200_inventory(*, active: int = 18, topology: Topology | None = None) -> Inv
     return Inventory(host="vm", captured_at=CAPTURED_AT, gpus=gpus, topology=topology, sources=sources("nvml"))
 
 
+def typed(probe: dict[str, Any] | None) -> ProbeResult | ProbeNotRun | None:
+    """The pipeline's typed probe input from its JSON form (the report's `probe` section)."""
+    if probe is None:
+        return None
+    if "skipped" in probe or "error" in probe:
+        return ProbeNotRun(probe.get("skipped") or probe["error"], unknown="error" in probe)
+    return ProbeResult.from_json(probe)
+
+
 def judge(probe: dict[str, Any] | None, inventory: Inventory | None = None, pack_name: str = "default",
           overrides: dict[str, Any] | None = None) -> list[Finding]:
     return run_check(nccl_probe, "nccl-probe", inventory or h200_inventory(), pack_name=pack_name,
-                     overrides=overrides, probe=probe)
+                     overrides=overrides, probe=typed(probe))
 
 
 def test_healthy_two_h200_pass() -> None:
@@ -96,7 +106,7 @@ def test_pack_override_of_expected_level() -> None:
 def test_inventory_links_and_topology_peers_are_used() -> None:
     probe = copy.deepcopy(recorded("probe-report.json"))
     topology = Topology(gpus=("GPU0", "GPU1"), nics=(), links={("GPU0", "GPU1"): "NV4", ("GPU1", "GPU0"): "NV4"})
-    links = gpu_links(probe, h200_inventory(topology=topology))
+    links = gpu_links(ProbeResult.from_json(probe), h200_inventory(topology=topology))
     assert [link.nvlink_peers for link in links] == [4, 4]
     finding = judge(probe, h200_inventory(topology=topology))[0]
     assert finding.evidence["expected_gbps"] == pytest.approx(100 * 0.764 * 0.965, abs=0.2)
@@ -106,7 +116,7 @@ def judge_gated(probe: dict[str, Any] | None) -> list[Finding]:
     """Through the check engine: the needs gate first, as in a real run."""
     registry = Registry()
     registry.load_builtins()
-    findings, _ = run_checks(h200_inventory(), pack("default"), registry, only=["nccl-probe"], probe=probe,
+    findings, _ = run_checks(h200_inventory(), pack("default"), registry, only=["nccl-probe"], probe=typed(probe),
                              deadline=time.monotonic() + 10.0)
     return findings
 

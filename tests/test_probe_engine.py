@@ -17,15 +17,25 @@ from typing import Any
 import pytest
 
 from netdoctor.host import runner
-from netdoctor.probe import engine, worker
-from netdoctor.probe.engine import (WorkerRun, assemble, collect_gpu_links, run_probe, run_process,
-                                    worker_environment)
+from netdoctor.probe import engine, nccl_worker, worker
+from netdoctor.probe.dispatch import ENGINES, run_probe as dispatch_probe
+from netdoctor.probe.engine import WorkerRun, assemble, collect_gpu_links, run_worker, worker_environment
 from netdoctor.probe.expectation import expected_busbw
+from netdoctor.probe.result import ProbeRequest, ProbeResult
 from tests.corpus_util import corpus_dir
 from tests.process_util import gone
 from tests.test_host_nvml import FakeGpu, FakeNvml, NVMLError_DriverNotLoaded
 
 DEVICE = Path(__file__).parent / "data" / "device" / "nvidia-h200-x2"
+
+
+def run_probe(*, gpus: list[int] | None, budget_s: float, engine: str = "auto", sizes: list[int] | None = None,
+              env: dict[str, str] | None = None, localise_below_fraction: float = 0.8,
+              node_gpus: tuple[int, ...] | None = None) -> ProbeResult:
+    """One probe run as the pipeline asks for it (the pack's pass_fraction is 0.8 by default)."""
+    request = ProbeRequest(budget_s=budget_s, pass_fraction=localise_below_fraction,
+                           gpus=None if gpus is None else tuple(gpus), engine=engine, sizes=tuple(sizes or ()), env=env)
+    return dispatch_probe(request, node_gpus=node_gpus)
 
 
 def alive(pid: int) -> bool:
@@ -58,7 +68,7 @@ def test_hung_worker_and_its_child_are_killed_at_the_deadline(tmp_path: Path) ->
         time.sleep(600)
     """)
     started = time.monotonic()
-    run = run_process([sys.executable, "-c", code], dict(os.environ), 1.0, tmp_path / "result.json")
+    run = run_worker([sys.executable, "-c", code], dict(os.environ), 1.0, tmp_path / "result.json")
     elapsed = time.monotonic() - started
     assert run.state == "timeout"
     assert 1.0 <= elapsed < 3.0
@@ -70,48 +80,48 @@ def test_hung_worker_and_its_child_are_killed_at_the_deadline(tmp_path: Path) ->
     assert not alive(leader)
     assert not alive(child)
     result = assemble(run, 1.0)
-    assert result["status"] == "timeout"
+    assert result.status == "timeout"
     # Killed before the worker said NCCL init was done: not evidence of a hang.
-    assert result["reason_code"] == "init-timeout" and result["timeout_phase"] == "nccl-init"
-    assert result["reason"].startswith("timeout during NCCL init: killed at the 1 s deadline")
-    assert result["nccl_version"] == "2.28.9"
+    assert result.reason_code == "init-timeout" and result.timeout_phase == "nccl-init"
+    assert result.reason.startswith("timeout during NCCL init: killed at the 1 s deadline")
+    assert result.nccl_version == "2.28.9"
 
 
 def test_worker_that_exits_without_a_result_is_an_error(tmp_path: Path) -> None:
-    run = run_process([sys.executable, "-c", "import sys; print('Segmentation fault'); sys.exit(139)"],
+    run = run_worker([sys.executable, "-c", "import sys; print('Segmentation fault'); sys.exit(139)"],
                       dict(os.environ), 10.0, tmp_path / "result.json")
     assert run.state == "crashed" and run.returncode == 139
     result = assemble(run, 10.0)
-    assert result["status"] == "error"
-    assert "status 139" in result["reason"] and "Segmentation fault" in result["reason"]
+    assert result.status == "error"
+    assert "status 139" in result.reason and "Segmentation fault" in result.reason
 
 
 def test_missing_program(tmp_path: Path) -> None:
-    run = run_process([str(tmp_path / "nope")], dict(os.environ), 1.0)
+    run = run_worker([str(tmp_path / "nope")], dict(os.environ), 1.0)
     assert run.state == "missing"
-    assert assemble(run, 1.0)["status"] == "error"
+    assert assemble(run, 1.0).status == "error"
 
 
 def test_assemble_reads_transport_from_the_captured_log() -> None:
     log = (DEVICE / "nccl-info-allreduce-2gpu.log").read_text(encoding="utf-8")
     worker_result = json.loads((DEVICE / "worker-result.json").read_text(encoding="utf-8"))
     result = assemble(WorkerRun("ok", worker_result, log, 0, 2.9), 10.0)
-    assert result["status"] == "ok"
-    assert result["busbw_gbps"] == pytest.approx(332.135)
-    assert result["transport"]["kind"] == "P2P/NVLink"
-    assert result["transport"]["channels"] == 24
-    assert result["transport"]["gdr"] is None
-    assert "48 connection(s) via P2P/direct pointer" in result["transport"]["details"]
-    assert all(row["verified"] for row in result["sizes"])
-    json.dumps(result)
+    assert result.status == "ok"
+    assert result.busbw_gbps == pytest.approx(332.135)
+    assert result.transport.kind == "P2P/NVLink"
+    assert result.transport.channels == 24
+    assert result.transport.gdr is None
+    assert "48 connection(s) via P2P/direct pointer" in result.transport.details
+    assert all(row.verified for row in result.sizes)
+    json.dumps(result.to_json())
 
 
 def test_assemble_p2p_disabled() -> None:
     log = (DEVICE / "nccl-info-allreduce-2gpu-p2p-disabled.log").read_text(encoding="utf-8")
     worker_result = json.loads((DEVICE / "worker-result-p2p-disabled.json").read_text(encoding="utf-8"))
     result = assemble(WorkerRun("ok", worker_result, log, 0, 2.9), 10.0)
-    assert result["transport"]["kind"] == "SHM" and result["transport"]["channels"] == 4
-    assert result["busbw_gbps"] == pytest.approx(27.646)
+    assert result.transport.kind == "SHM" and result.transport.channels == 4
+    assert result.busbw_gbps == pytest.approx(27.646)
 
 
 def test_worker_environment_keeps_user_nvls_choice() -> None:
@@ -132,17 +142,17 @@ def _has_libcuda() -> bool:
 @pytest.mark.skipif(_has_libcuda(), reason="this machine has an NVIDIA driver")
 def test_real_worker_without_a_driver_skips_quickly() -> None:
     result = run_probe(gpus=None, budget_s=10.0)
-    assert result["status"] == "skipped"
-    assert result["reason_code"] == "no-driver"
-    assert "libcuda.so.1" in result["reason"]
-    assert result["engine"] == "nccl"
-    assert result["duration_s"] < 5.0
-    json.dumps(result)
+    assert result.status == "skipped"
+    assert result.reason_code == "no-driver"
+    assert "libcuda.so.1" in result.reason
+    assert result.engine == "nccl"
+    assert result.duration_s < 5.0
+    json.dumps(result.to_json())
 
 
 def test_bad_arguments_are_errors_not_exceptions() -> None:
-    assert run_probe(gpus=None, sizes=[6], budget_s=1.0)["status"] == "error"
-    assert run_probe(gpus=None, engine="mpi", budget_s=1.0)["status"] == "error"
+    assert run_probe(gpus=None, sizes=[6], budget_s=1.0).status == "error"
+    assert run_probe(gpus=None, engine="mpi", budget_s=1.0).status == "error"
 
 
 def test_wheel_nccl_comes_before_the_system_library(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -161,17 +171,17 @@ def test_nccl_tests_engine_parses_all_reduce_perf(tmp_path: Path) -> None:
     binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
     result = run_probe(gpus=[0, 1], engine="nccl-tests", budget_s=10.0,
                        env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
-    assert result["engine"] == "nccl-tests"
-    assert result["status"] == "ok"
-    assert result["busbw_gbps"] == pytest.approx(216.6)
-    assert len(result["sizes"]) == 11
-    assert result["transport"]["kind"] == "P2P/NVLink"
-    assert result["nccl_version"] == "2.27.7"
+    assert result.engine == "nccl-tests"
+    assert result.status == "ok"
+    assert result.busbw_gbps == pytest.approx(216.6)
+    assert len(result.sizes) == 11
+    assert result.transport.kind == "P2P/NVLink"
+    assert result.nccl_version == "2.27.7"
 
 
 def test_nccl_tests_engine_missing(tmp_path: Path) -> None:
     result = run_probe(gpus=[0, 1], engine="nccl-tests", budget_s=5.0, env={"PATH": str(tmp_path)})
-    assert result["status"] == "skipped" and result["reason_code"] == "no-nccl-tests"
+    assert result.status == "skipped" and result.reason_code == "no-nccl-tests"
 
 
 def test_default_sizes_are_small_to_large() -> None:
@@ -261,10 +271,11 @@ def test_worker_group_dies_with_netdoctor_when_the_caller_gave_up(tmp_path: Path
         fake.nvmlInit = lambda: time.sleep(600)
         sys.modules["pynvml"] = fake
         from netdoctor import run
-        from netdoctor.probe import engine
-        engine.WORKER = Path({str(worker_script)!r})
+        from netdoctor.probe import dispatch, nccl_worker
+        from netdoctor.probe.result import ProbeRequest
+        nccl_worker.WORKER = Path({str(worker_script)!r})
         try:
-            run._call_with_deadline("nccl-probe", lambda: engine.run_probe(gpus=[0, 1], budget_s=60.0),
+            run._call_with_deadline("nccl-probe", lambda: dispatch.run_probe(ProbeRequest(60.0, 0.8, gpus=(0, 1))),
                                     time.monotonic() + 2.0)
         except run._Timeout:
             print("gave up waiting", flush=True)
@@ -288,17 +299,17 @@ def test_worker_group_is_registered_while_it_runs_and_nothing_of_it_outlives_it(
         open({str(pids)!r}, "w").write(f"{{os.getpid()}} {{child}}")
         open(sys.argv[1], "w").write('{{"status": "ok"}}')
     """)
-    seen: list[bool] = []
+    seen: list[set[int]] = []
 
-    def meanwhile(process: subprocess.Popen[bytes]) -> None:
-        seen.append(process.pid in runner._LIVE_GROUPS._groups)
+    def meanwhile(stdin: Any) -> None:
+        seen.append(set(runner._LIVE_GROUPS._groups))
 
     result_path = tmp_path / "result.json"
-    run = run_process([sys.executable, "-c", code, str(result_path)], dict(os.environ), 10.0, result_path,
+    run = run_worker([sys.executable, "-c", code, str(result_path)], dict(os.environ), 10.0, result_path,
                       while_running=meanwhile)
     assert run.state == "ok" and run.result == {"status": "ok"} and run.returncode == 0
     leader, child = (int(value) for value in pids.read_text().split())
-    assert seen == [True]
+    assert len(seen) == 1 and leader in seen[0]
     assert leader not in runner._LIVE_GROUPS._groups
     assert gone(child, within_s=3.0)        # the leader's straggler went with it
 
@@ -311,20 +322,20 @@ def test_localisation_threshold_uses_the_callers_fraction(tmp_path: Path, monkey
         import json, sys
         config = json.loads(sys.argv[1])
         line = sys.stdin.readline() if config["localise_below_gbps"] == "stdin" else "null"
-        json.dump({"status": "ok", "sizes": [], "threshold": json.loads(line)}, open(sys.argv[2], "w"))
+        json.dump({"status": "ok", "sizes": [], "reason": line.strip()}, open(sys.argv[2], "w"))
     """))
     module = _fake_nvml([FakeGpu("NVIDIA H200", f"GPU-{index}", f"00000000:1{index}:00.0", 0, nvlinks=[1] * 18)
                          for index in range(2)])
-    monkeypatch.setattr(engine, "WORKER", fake_worker)
+    monkeypatch.setattr(nccl_worker, "WORKER", fake_worker)
     monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: collect_gpu_links(indices, module))
     expected = expected_busbw(collect_gpu_links(None, module), 1 << 30).busbw_gbps
     assert expected == pytest.approx(331.8, abs=0.1)
     for fraction in (0.5, 0.9):
         result = run_probe(gpus=[0, 1], budget_s=10.0, localise_below_fraction=fraction)
-        assert result["threshold"] == pytest.approx(expected * fraction, abs=0.01)
-        assert [link["nvlink_active"] for link in result["gpu_links"]] == [18, 18]
+        assert float(result.reason) == pytest.approx(expected * fraction, abs=0.01)    # the worker echoes it
+        assert [link.nvlink_active for link in result.gpu_links] == [18, 18]
     bad = run_probe(gpus=[0, 1], budget_s=10.0, localise_below_fraction=0)
-    assert bad["status"] == "error" and bad["reason_code"] == "bad-fraction"
+    assert bad.status == "error" and bad.reason_code == "bad-fraction"
 
 
 # -- the time budget: too short is refused; a kill during init is not a hang ----------------
@@ -351,41 +362,39 @@ def _phase_worker(path: Path, *, init_done: bool, started: Path) -> Path:
 def test_a_budget_below_the_minimum_is_refused_without_starting_the_worker(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     started = tmp_path / "started"
-    monkeypatch.setattr(engine, "WORKER", _phase_worker(tmp_path / "worker.py", init_done=True, started=started))
+    monkeypatch.setattr(nccl_worker, "WORKER", _phase_worker(tmp_path / "worker.py", init_done=True, started=started))
     before = time.monotonic()
     result = run_probe(gpus=None, budget_s=1.27)
     assert time.monotonic() - before < 0.5
     assert not started.exists()
-    assert result["status"] == "error" and result["reason_code"] == "budget-too-short"
-    assert result["reason"] == (f"the probe needs at least {engine.MIN_PROBE_BUDGET_S:g} s; it got 1.3 s: "
+    assert result.status == "error" and result.reason_code == "budget-too-short"
+    assert result.reason == (f"the probe needs at least {engine.MIN_PROBE_BUDGET_S:g} s; it got 1.3 s: "
                                 "raise --deadline/--budget")
-    assert result["min_budget_s"] == engine.MIN_PROBE_BUDGET_S
-    json.dumps(result)
-    # A node the inventory shows GPU-less is still a skip, whatever the budget.
-    from tests.inventory_factory import CAPTURED_AT, sources
-    from netdoctor.inventory.model import Inventory
-    gpu_less = Inventory(host="n", captured_at=CAPTURED_AT, gpus=[], sources=sources("nvml"))
-    assert run_probe(gpus=None, budget_s=1.0, inventory=gpu_less)["reason_code"] == "no-gpus"
+    assert result.min_budget_s == engine.MIN_PROBE_BUDGET_S
+    json.dumps(result.to_json())
+    # A node discovery shows GPU-less (or with one GPU) is still a skip, whatever the budget.
+    assert run_probe(gpus=None, budget_s=1.0, node_gpus=()).reason_code == "no-gpus"
+    assert run_probe(gpus=None, budget_s=1.0, node_gpus=(0,)).reason_code == "single-gpu"
 
 
 @pytest.mark.parametrize(("init_done", "code", "phase"), [(False, "init-timeout", "nccl-init"),
                                                            (True, "timeout", "all-reduce")])
 def test_a_kill_is_told_apart_by_the_workers_phase(init_done: bool, code: str, phase: str, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(engine, "WORKER", _phase_worker(tmp_path / "worker.py", init_done=init_done,
+    monkeypatch.setattr(nccl_worker, "WORKER", _phase_worker(tmp_path / "worker.py", init_done=init_done,
                                                         started=tmp_path / "started"))
     monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: [])      # no NVML in this Python
     result = run_probe(gpus=None, budget_s=engine.MIN_PROBE_BUDGET_S)
-    assert result["status"] == "timeout"
-    assert result["reason_code"] == code and result["timeout_phase"] == phase
+    assert result.status == "timeout"
+    assert result.reason_code == code and result.timeout_phase == phase
     if init_done:
-        assert result["reason"].startswith("probe timed out: killed at the 3 s deadline after NCCL init")
+        assert result.reason.startswith("probe timed out: killed at the 3 s deadline after NCCL init")
     else:
-        assert result["reason"].startswith("timeout during NCCL init")
+        assert result.reason.startswith("timeout during NCCL init")
     # What was probed is known from the phase lines, though no result file was written.
-    assert result["gpus"] == [0, 1] and result["gpu_count"] == 2
-    assert [device["pci_bus_id"] for device in result["devices"]] == ["0000:00:06.0", "0000:00:07.0"]
-    assert result["nccl_version"] == "2.28.9"
+    assert result.gpus == (0, 1) and result.gpu_count == 2
+    assert [device.pci_bus_id for device in result.devices] == ["0000:00:06.0", "0000:00:07.0"]
+    assert result.nccl_version == "2.28.9"
 
 
 def test_phase_lines_stay_whole_among_nccl_output() -> None:
@@ -411,7 +420,7 @@ def _fake_all_reduce_perf(directory: Path, *, init_complete: bool) -> dict[str, 
 def test_nccl_tests_kill_uses_nccls_init_complete(init_complete: bool, code: str, tmp_path: Path) -> None:
     env = _fake_all_reduce_perf(tmp_path, init_complete=init_complete)
     result = run_probe(gpus=[0, 1], engine="nccl-tests", budget_s=engine.MIN_PROBE_BUDGET_S, env=env)
-    assert result["status"] == "timeout" and result["reason_code"] == code
+    assert result.status == "timeout" and result.reason_code == code
 
 
 def test_nccl_tests_gpu_selection_is_checked_against_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -420,21 +429,61 @@ def test_nccl_tests_gpu_selection_is_checked_against_nvml(tmp_path: Path, monkey
     monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: collect_gpu_links(indices, module))
     env = _fake_all_reduce_perf(tmp_path, init_complete=True)
     bad = run_probe(gpus=[0, 5], engine="nccl-tests", budget_s=5.0, env=env)
-    assert bad["status"] == "error" and bad["reason_code"] == "bad-gpus"
-    assert bad["reason"] == "GPU index [5] does not exist: 2 GPU(s) visible"
+    assert bad.status == "error" and bad.reason_code == "bad-gpus"
+    assert bad.reason == "GPU index [5] does not exist: 2 GPU(s) visible"
     # Without NVML the count for -g N is unknown: an error, not "0 GPU(s)", which reads as GPU-less.
     monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: [])
     uncounted = run_probe(gpus=None, engine="nccl-tests", budget_s=5.0, env=env)
-    assert uncounted["status"] == "error" and uncounted["reason_code"] == "no-gpu-count"
+    assert uncounted.status == "error" and uncounted.reason_code == "no-gpu-count"
 
 
 def test_a_kill_during_init_with_a_generous_budget_is_a_hang(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Twice what a healthy node needs and NCCL init still not done: fail as a timeout, not unknown."""
-    monkeypatch.setattr(engine, "WORKER", _phase_worker(tmp_path / "worker.py", init_done=False,
+    monkeypatch.setattr(nccl_worker, "WORKER", _phase_worker(tmp_path / "worker.py", init_done=False,
                                                         started=tmp_path / "started"))
     monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: [])
     monkeypatch.setattr(engine, "INIT_HANG_BUDGET_S", engine.MIN_PROBE_BUDGET_S)   # keep the test at 3 s
     result = run_probe(gpus=None, budget_s=engine.MIN_PROBE_BUDGET_S)
-    assert result["status"] == "timeout" and result["reason_code"] == "timeout"
-    assert result["timeout_phase"] == "nccl-init"
-    assert result["reason"].startswith("probe timed out: NCCL init did not finish")
+    assert result.status == "timeout" and result.reason_code == "timeout"
+    assert result.timeout_phase == "nccl-init"
+    assert result.reason.startswith("probe timed out: NCCL init did not finish")
+
+
+# -- engines behind one interface ----------------------------------------------------------
+
+class _FakeEngine:
+    """An engine as a new one would be written: a name and run(request) -> ProbeResult."""
+
+    name = "fake"
+
+    def __init__(self) -> None:
+        self.requests: list[ProbeRequest] = []
+
+    def run(self, request: ProbeRequest) -> ProbeResult:
+        from netdoctor.probe.expectation import GpuLinks
+
+        self.requests.append(request)
+        return ProbeResult(status="ok", gpu_links=(GpuLinks(0), GpuLinks(1)))
+
+
+def test_a_new_engine_is_one_entry_in_the_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = _FakeEngine()
+    monkeypatch.setitem(ENGINES, fake.name, fake)
+    result = run_probe(gpus=None, engine="fake", budget_s=engine.MIN_PROBE_BUDGET_S, localise_below_fraction=0.9)
+    [request] = fake.requests
+    assert request.pass_fraction == 0.9 and request.sizes == tuple(engine.DEFAULT_SIZES)
+    # What every result carries is filled in by the dispatcher, not by each engine.
+    assert (result.engine, result.gpus, result.gpu_count) == ("fake", (0, 1), 2)
+    assert result.duration_s >= 0
+    # Requests an engine could not honour never reach it.
+    assert run_probe(gpus=None, engine="fake", budget_s=1.0).reason_code == "budget-too-short"
+    assert len(fake.requests) == 1
+
+
+def test_a_refused_request_keeps_the_short_json_shape() -> None:
+    result = run_probe(gpus=None, sizes=[6], budget_s=1.0)
+    data = result.to_json()
+    assert data["status"] == "error" and data["reason_code"] == "bad-sizes"
+    # The engine never ran: no NVML link facts and no NCCL warnings, so no such keys.
+    assert "gpu_links" not in data and "nccl_warnings" not in data
+    assert ProbeResult.from_json(data).to_json() == data

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory
 from netdoctor.packs.model import RulePack
+from netdoctor.probe.result import ProbeNotRun, ProbeResult
 from netdoctor.report.model import Finding, Status
 
 T = TypeVar("T")
@@ -93,7 +94,7 @@ class CheckContext:
     inventory: Inventory
     pack: RulePack
     history: CounterHistory | None = None
-    probe: Mapping[str, Any] | None = None
+    probe: ProbeResult | ProbeNotRun | None = None   # the probe checks' input (need_probe)
     rules: Mapping[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import structlog
 
 from netdoctor.checks.api import Check, CheckContext, CounterHistory
-from netdoctor.checks.needs import gate
+from netdoctor.checks.needs import ProbeInput, gate
 from netdoctor.checks.registry import Registry
 from netdoctor.errors import UsageError
 from netdoctor.inventory.model import Inventory
@@ -85,7 +85,7 @@ def _worst(findings: list[Finding]) -> Status:
 
 def run_checks(inventory: Inventory, pack: RulePack, registry: Registry, *,
                only: Sequence[str] | None = None, skip: Sequence[str] | None = None,
-               history: CounterHistory | None = None, probe: Mapping[str, Any] | None = None,
+               history: CounterHistory | None = None, probe: ProbeInput = None,
                deadline: float, debug: bool = False) -> tuple[list[Finding], list[CheckOutcome]]:
     """Run the selected checks; findings in registry order, plus one outcome per check.
 

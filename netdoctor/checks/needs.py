@@ -8,14 +8,17 @@ means we could not find out (a tool timed out, NVML failed), with that source's 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable
 
 from netdoctor.checks.api import Check
 from netdoctor.inventory.model import Inventory, LinkLayer, SourceState, SourceStatus
+from netdoctor.probe.result import ProbeNotRun, ProbeResult
 from netdoctor.report.model import Status
 
 Verdict = tuple[Status, str] | None
+
+# What the pipeline hands the checks of the probe: nothing (not run), why not, or its result.
+ProbeInput = ProbeResult | ProbeNotRun | None
 
 _BAD_STATES = (SourceState.TIMEOUT, SourceState.ERROR, SourceState.PARSE_ERROR)
 _RDMA_TOOLS = ("ibstat", "ibv_devinfo-v")
@@ -29,7 +32,7 @@ def _sources_with_prefix(inventory: Inventory, prefix: str) -> list[SourceStatus
     return [inventory.sources[name] for name in sorted(inventory.sources) if name.startswith(prefix)]
 
 
-def need_rdma(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+def need_rdma(inventory: Inventory, probe: ProbeInput) -> Verdict:
     if inventory.hcas:
         return None
     sysfs = inventory.source("sysfs")
@@ -46,8 +49,8 @@ def need_rdma(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
     return (Status.UNKNOWN, f"RDMA devices were not discovered ({sysfs.reason()})")
 
 
-def _link_layer_need(layer: LinkLayer, what: str) -> Callable[[Inventory, Mapping[str, Any] | None], Verdict]:
-    def need(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+def _link_layer_need(layer: LinkLayer, what: str) -> Callable[[Inventory, ProbeInput], Verdict]:
+    def need(inventory: Inventory, probe: ProbeInput) -> Verdict:
         verdict = need_rdma(inventory, probe)
         if verdict is not None:
             return verdict
@@ -61,7 +64,7 @@ def _link_layer_need(layer: LinkLayer, what: str) -> Callable[[Inventory, Mappin
     return need
 
 
-def need_gpus(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+def need_gpus(inventory: Inventory, probe: ProbeInput) -> Verdict:
     if inventory.gpus:
         return None
     nvml = inventory.source("nvml")
@@ -77,7 +80,7 @@ def need_gpus(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
     return (Status.UNKNOWN, nvml.reason())
 
 
-def need_topology(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+def need_topology(inventory: Inventory, probe: ProbeInput) -> Verdict:
     verdict = need_gpus(inventory, probe)
     if verdict is not None:
         return verdict
@@ -86,7 +89,7 @@ def need_topology(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verd
     return (Status.UNKNOWN, inventory.source("nvidia-smi-topo-m").reason())
 
 
-def need_pcie(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+def need_pcie(inventory: Inventory, probe: ProbeInput) -> Verdict:
     if inventory.pcie or any(gpu.pcie is not None for gpu in inventory.gpus):
         return None
     if not inventory.gpus and not inventory.hcas:
@@ -98,7 +101,7 @@ def need_pcie(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
                             f"({inventory.source('sysfs').reason()}; {inventory.source('nvml').reason()})")
 
 
-def need_counters(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+def need_counters(inventory: Inventory, probe: ProbeInput) -> Verdict:
     verdict = need_rdma(inventory, probe)
     if verdict is not None:
         return verdict
@@ -110,7 +113,7 @@ def need_counters(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verd
     return (Status.UNKNOWN, "no port counters: sysfs counters/ not readable and perfquery gave none")
 
 
-def need_qos(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
+def need_qos(inventory: Inventory, probe: ProbeInput) -> Verdict:
     verdict = need_roce(inventory, probe)
     if verdict is not None:
         return verdict
@@ -123,21 +126,21 @@ def need_qos(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
     return (Status.UNKNOWN, "no PFC/trust settings for the RoCE netdevs (mlnx_qos was not run)")
 
 
-def need_probe(inventory: Inventory, probe: Mapping[str, Any] | None) -> Verdict:
-    """The probe result: None (not run), {"skipped": why}, {"error": why}, or a result."""
+def need_probe(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    """The probe's outcome: None (not run), ProbeNotRun (not run, or no result: why), or a result."""
     if probe is None:
         return (Status.SKIP, "the NCCL probe was not run")
-    if probe.get("skipped"):
-        return (Status.SKIP, f"the NCCL probe was not run: {probe['skipped']}")
-    if probe.get("error"):
-        return (Status.UNKNOWN, f"the NCCL probe did not give a result: {probe['error']}")
+    if isinstance(probe, ProbeNotRun):
+        if probe.unknown:
+            return (Status.UNKNOWN, f"the NCCL probe did not give a result: {probe.reason}")
+        return (Status.SKIP, f"the NCCL probe was not run: {probe.reason}")
     return None
 
 
 need_ib = _link_layer_need(LinkLayer.INFINIBAND, "InfiniBand")
 need_roce = _link_layer_need(LinkLayer.ETHERNET, "RoCE")
 
-NEED_JUDGES: dict[str, Callable[[Inventory, Mapping[str, Any] | None], Verdict]] = {
+NEED_JUDGES: dict[str, Callable[[Inventory, ProbeInput], Verdict]] = {
     "rdma": need_rdma,
     "ib": need_ib,
     "roce": need_roce,
@@ -150,7 +153,7 @@ NEED_JUDGES: dict[str, Callable[[Inventory, Mapping[str, Any] | None], Verdict]]
 }
 
 
-def gate(check: Check, inventory: Inventory, probe: Mapping[str, Any] | None = None) -> tuple[Status, str, str] | None:
+def gate(check: Check, inventory: Inventory, probe: ProbeInput = None) -> tuple[Status, str, str] | None:
     """None when every need of `check` is available, else (status, reason, need).
 
     A need that is not applicable (skip) wins over one that is unknown: a check whose

@@ -4,8 +4,8 @@ The parallel shell is run as an argument list (no local shell), in its own proce
 group, with a wall-clock watchdog over the whole sweep; its stdout is streamed line by
 line into a `FleetCollector`, so a 4,000-node sweep never holds 4,000 reports.
 
-This is the one place outside the host layer that starts a process: the host layer's
-runner returns whole outputs per node-local tool, while a sweep must stream.
+The shell is started through the host layer's runner (`spawn`), which registers its
+process group and owns the kill; the sweep only streams its output.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from __future__ import annotations
 import math
 import os
 import shlex
-import signal
-import subprocess
 import threading
 import time
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 from netdoctor.errors import UsageError
 from netdoctor.fleet.collect import FleetCollector
 from netdoctor.fleet.model import NodeSummary
+from netdoctor.host.runner import spawn
 
 log = structlog.get_logger(__name__)
 
@@ -139,54 +138,30 @@ def run_sweep(options: SweepOptions) -> SweepResult:
     collector = FleetCollector(command_timeout_s=options.timeout_s)
     log.info("fleet sweep", command=command, hosts=len(node_set), budget_s=budget)
     started = time.monotonic()
+    stderr_lines: list[str] = []
     try:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            start_new_session=True,
-            env={**os.environ, "LC_ALL": "C"},
-        )
+        # The runner's watchdog stops the whole group (pdsh and every ssh it forked) at
+        # the budget, even while this thread blocks reading the shell's output.
+        with spawn(command, env=os.environ, timeout_s=budget, text=True, watchdog=True) as group:
+            process = group.process
+            assert process.stdout is not None and process.stderr is not None
+            stderr_reader = threading.Thread(target=lambda: stderr_lines.extend(process.stderr),  # type: ignore[arg-type]
+                                             daemon=True)
+            stderr_reader.start()
+            for line in process.stdout:
+                collector.feed_line(line, options.via)
+            if not group.wait():
+                log.error("fleet sweep ran past its budget; killed it", budget_s=budget)
+            killed = group.timed_out
     except FileNotFoundError as error:
         raise UsageError(f"{command[0]} is not installed or not on PATH (needed by --via {options.via})") from error
     except PermissionError as error:
         raise UsageError(f"cannot run {command[0]}: {error}") from error
-
-    killed = threading.Event()
-
-    def kill_group() -> None:
-        if process.poll() is None:
-            killed.set()
-            log.error("fleet sweep ran past its budget; killing it", budget_s=budget)
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-    stderr_lines: list[str] = []
-    assert process.stdout is not None and process.stderr is not None
-    stderr_reader = threading.Thread(target=lambda: stderr_lines.extend(process.stderr), daemon=True)  # type: ignore[arg-type]
-    stderr_reader.start()
-    watchdog = threading.Timer(budget, kill_group)
-    watchdog.daemon = True
-    watchdog.start()
-    try:
-        for line in process.stdout:
-            collector.feed_line(line, options.via)
-        returncode = process.wait()
-    finally:
-        watchdog.cancel()
-        if process.poll() is None:
-            kill_group()
-            process.wait()
+    returncode = process.returncode
     stderr_reader.join(timeout=5)
     for line in stderr_lines:
         collector.feed_stderr_line(line)
-    if killed.is_set():
+    if killed:
         for host in node_set:
             collector.feed_stderr_line(f"netdoctor-sweep: {host}: sweep killed after {budget:g} s (command timeout)")
     duration = time.monotonic() - started
@@ -197,5 +172,5 @@ def run_sweep(options: SweepOptions) -> SweepResult:
         command=command,
         shell_returncode=returncode,
         duration_s=duration,
-        killed=killed.is_set(),
+        killed=killed,
     )

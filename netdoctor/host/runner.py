@@ -8,6 +8,14 @@ its exit status; a tool that floods forever ends at its timeout.
 
 Children are tracked in a registry and killed on every exit path: normal return,
 exceptions, KeyboardInterrupt in the caller, and interpreter exit (atexit).
+
+The same machinery runs every process netdoctor starts: the node's tools
+(`run_commands`), the probe engines' workers (`run_merged`: one log of stdout and
+stderr, fed on stdin while it runs) and a fleet sweep's parallel shell (`spawn`, its
+output streamed by the caller). One registry of process groups, one kill path
+(`stop_group`: TERM the group, a grace for the leader, KILL what is left), one timeout
+model (a monotonic run deadline cut further by each process's own timeout), the C
+locale, stdin closed unless the caller feeds it, output capped.
 """
 
 from __future__ import annotations
@@ -16,13 +24,16 @@ import atexit
 import concurrent.futures
 import contextlib
 import os
+import select
 import selectors
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import IO, Any
 
 import structlog
 
@@ -35,10 +46,16 @@ DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 # only a grandchild that escaped into its own session can still hold them open.
 _DRAIN_GRACE_S = 0.5
 _READ_CHUNK = 65536
+# Between SIGTERM and SIGKILL of a group: time for a worker to let go of its GPUs cleanly.
+KILL_GRACE_S = 0.3
 
 
 class _ProcessGroups:
-    """Process groups of running tools; killed when the caller leaves for any reason."""
+    """Process groups of running processes; killed when the caller leaves for any reason.
+
+    Killed at once (SIGKILL, no grace): on an interrupt or at interpreter exit nobody is
+    left to wait out a grace period; every other stop goes through `stop_group`.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -64,28 +81,130 @@ atexit.register(_LIVE_GROUPS.kill)
 
 
 def _kill_group(group: int) -> None:
+    _signal_group(group, signal.SIGKILL)
+
+
+def _signal_group(group: int, signum: int) -> None:
     try:
-        os.killpg(group, signal.SIGKILL)
+        os.killpg(group, signum)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-@contextlib.contextmanager
-def tracked_process_group(group: int) -> Iterator[None]:
-    """Guard a child's process group started outside `run_commands` (start_new_session=True).
+def wait_exited(pid: int, timeout_s: float | None) -> bool:
+    """Wait up to `timeout_s` (None: no limit) for child `pid` to exit, WITHOUT reaping it; True if it did.
 
-    While the block runs, `group` is in the registry that the atexit handler kills, so the
-    group dies with netdoctor even when the caller stopped waiting for the thread that owns
-    it (a hung call it cannot interrupt). Leaving the block SIGKILLs what is left of the
-    group and forgets it. Leave the block before reaping the group's leader: until then its
-    pid (the group id) cannot be reused, so the kill cannot hit an unrelated process.
+    Unreaped, its pid (= its process group id) cannot be reused, so its group can still
+    be killed safely afterwards.
     """
-    _LIVE_GROUPS.add(group)
+    end = None if timeout_s is None else time.monotonic() + max(timeout_s, 0.0)
     try:
-        yield
+        pidfd: int | None = os.pidfd_open(pid)   # readable once the child exits
+    except (AttributeError, OSError):
+        pidfd = None
+    try:
+        while not has_exited(pid):
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            if pidfd is not None:
+                select.select([pidfd], [], [], left)
+            else:
+                time.sleep(0.01 if left is None else min(left, 0.01))
+        return True
     finally:
-        _kill_group(group)
-        _LIVE_GROUPS.discard(group)
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def stop_group(leader: int, grace_s: float = KILL_GRACE_S) -> None:
+    """The one kill path: SIGTERM the group of `leader` (a child not yet reaped), give the
+    leader `grace_s` to exit, then SIGKILL whatever is left of the group.
+
+    A leader that already exited gets no grace: its stragglers are killed at once.
+    """
+    if not has_exited(leader):
+        _signal_group(leader, signal.SIGTERM)
+        wait_exited(leader, grace_s)
+    _kill_group(leader)
+
+
+def run_end(timeout_s: float | None, deadline: float | None, started: float | None = None) -> float | None:
+    """The timeout model: a process ends at its own timeout, never past the run's deadline."""
+    start = time.monotonic() if started is None else started
+    ends = [end for end in (None if timeout_s is None else start + timeout_s, deadline) if end is not None]
+    return min(ends) if ends else None
+
+
+class ProcessGroup:
+    """A child leading its own session, registered from its start until it is reaped."""
+
+    def __init__(self, process: subprocess.Popen[Any], end: float | None, grace_s: float) -> None:
+        self.process = process
+        self.end = end                     # monotonic; None: no limit
+        self.grace_s = grace_s
+        self._expired = threading.Event()
+
+    @property
+    def timed_out(self) -> bool:
+        return self._expired.is_set()
+
+    def wait(self) -> bool:
+        """Wait (unreaped) for the leader to exit, stopping the group at `end`; True if it ended by itself."""
+        left = None if self.end is None else max(0.0, self.end - time.monotonic())
+        if not wait_exited(self.process.pid, left):
+            self.expire()
+        return not self.timed_out
+
+    def expire(self) -> None:
+        """Time is up: stop the whole group (TERM, grace, KILL) and see the leader gone."""
+        self._expired.set()
+        stop_group(self.process.pid, self.grace_s)
+        wait_exited(self.process.pid, self.grace_s)      # SIGKILL is delivered asynchronously
+
+
+@contextlib.contextmanager
+def spawn(argv: list[str] | tuple[str, ...], *, env: Mapping[str, str], timeout_s: float | None = None,
+          deadline: float | None = None, stdin: Any = subprocess.DEVNULL, stdout: Any = subprocess.PIPE,
+          stderr: Any = subprocess.PIPE, executable: str | None = None, text: bool = False,
+          watchdog: bool = False, grace_s: float = KILL_GRACE_S) -> Iterator[ProcessGroup]:
+    """Start `argv` (no shell, C locale, stdin closed unless given) leading its own process group.
+
+    While the block runs the group is in the registry that the atexit handler kills, so it
+    dies with netdoctor even when the caller stopped waiting for the thread that owns it
+    (a hung call it cannot interrupt). `watchdog=True` stops the group at its end
+    (`timeout_s`/`deadline`) from a timer, for callers that block reading its output.
+    Leaving the block stops what is left of the group and only then reaps the leader, so
+    the kill can never hit a recycled pid. OSError from the start is the caller's to map.
+    """
+    environment = {**env, "LC_ALL": "C"}
+    options: dict[str, Any] = {"encoding": "utf-8", "errors": "replace"} if text else {}
+    process = subprocess.Popen(list(argv), executable=executable, stdin=stdin, stdout=stdout, stderr=stderr,
+                               env=environment, start_new_session=True, close_fds=True, **options)
+    group = ProcessGroup(process, run_end(timeout_s, deadline), grace_s)
+    _LIVE_GROUPS.add(process.pid)
+    timer = None
+    if watchdog and group.end is not None:
+        timer = threading.Timer(max(0.0, group.end - time.monotonic()), group.expire)
+        timer.daemon = True
+        timer.start()
+    try:
+        yield group
+    finally:
+        if timer is not None:
+            timer.cancel()
+            if timer.is_alive():
+                timer.join()
+        stop_group(process.pid, grace_s)
+        _LIVE_GROUPS.discard(process.pid)
+        for stream in (process.stdin, process.stdout, process.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        try:
+            process.wait(timeout=5.0)                  # reaped only once its group is dead
+        except subprocess.TimeoutExpired:
+            log.warning("process did not end after SIGKILL", pid=process.pid, argv=list(argv)[:1])
 
 
 def command_environment(path: str | None = None) -> dict[str, str]:
@@ -143,49 +262,30 @@ def _run_one(spec: CommandSpec, deadline: float | None, max_output_bytes: int, e
         if "/" in spec.argv[0] and os.path.exists(spec.argv[0]):
             return CommandResult(spec.name, CommandState.ERROR, stderr=f"{spec.argv[0]}: permission denied", argv=spec.argv)
         return CommandResult(spec.name, CommandState.MISSING, stderr=f"{spec.argv[0]}: not found in PATH", argv=spec.argv)
-    end = started + spec.timeout_s
-    if deadline is not None:
-        end = min(end, deadline)
+    end = run_end(spec.timeout_s, deadline, started)
+    assert end is not None
     if end <= started:
         return CommandResult(spec.name, CommandState.TIMEOUT, stderr="not started: the run deadline had passed", argv=spec.argv)
+    # A spec may raise its stdout cap (a fabric dump); stderr keeps the default.
+    stdout, stderr = _Capped(spec.max_output_bytes or max_output_bytes), _Capped(max_output_bytes)
     try:
-        process = subprocess.Popen(
-            list(spec.argv),
-            executable=executable,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=environment,
-            start_new_session=True,
-            close_fds=True,
-        )
+        with spawn(spec.argv, env=environment, executable=executable, deadline=end) as group:
+            call.add(group.process.pid)
+            try:
+                if cancelled.is_set():
+                    group.expire()            # interrupted between the check above and the start
+                timed_out = _pump(group.process, stdout, stderr, end)
+                if timed_out:
+                    group.expire()
+            finally:
+                call.discard(group.process.pid)
     except PermissionError as error:
         return CommandResult(spec.name, CommandState.ERROR, stderr=f"{spec.argv[0]}: {error.strerror}", argv=spec.argv,
                              duration_s=time.monotonic() - started)
     except OSError as error:
         return CommandResult(spec.name, CommandState.ERROR, stderr=f"{spec.argv[0]}: cannot start: {error.strerror or error}",
                              argv=spec.argv, duration_s=time.monotonic() - started)
-    group = process.pid
-    _LIVE_GROUPS.add(group)
-    call.add(group)
-    if cancelled.is_set():
-        _kill_group(group)            # interrupted between the check above and the start
-    # A spec may raise its stdout cap (a fabric dump); stderr keeps the default.
-    stdout, stderr = _Capped(spec.max_output_bytes or max_output_bytes), _Capped(max_output_bytes)
-    timed_out = False
-    try:
-        timed_out = _pump(process, stdout, stderr, end)
-        _kill_group(group)            # the tool is done (or timed out): nothing of it may outlive it
-        process.wait()
-    finally:
-        _kill_group(group)
-        _LIVE_GROUPS.discard(group)
-        call.discard(group)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
-        if process.returncode is None:
-            process.wait()
+    process = group.process
     duration = time.monotonic() - started
     truncated = bool(stdout.dropped or stderr.dropped)
     if truncated:
@@ -223,7 +323,7 @@ def _pump(process: subprocess.Popen[bytes], stdout: _Capped, stderr: _Capped, en
             if exited_at is None and has_exited(process.pid):
                 exited_at = now
                 # Stragglers of the tool's group may hold the pipes; they go with the tool.
-                _kill_group(process.pid)
+                stop_group(process.pid)
                 if pidfd is not None:
                     selector.unregister(pidfd)
             if open_pipes == 0 and exited_at is not None:
@@ -296,3 +396,44 @@ def run_commands(
         call.kill()
         executor.shutdown(wait=True, cancel_futures=True)
     return {spec.name: results[spec.name] for spec in specs if spec.name in results}
+
+
+def run_merged(spec: CommandSpec, *, env: Mapping[str, str], deadline: float | None = None,
+               while_running: Callable[[IO[bytes]], None] | None = None) -> CommandResult:
+    """Run one process whose stdout and stderr go to one log, in the order written (NCCL
+    writes to both); `stdout` of the result holds that log, capped at `max_output_bytes`.
+
+    `while_running(stdin)` (optional) does the caller's own work once the process has
+    started and may write to its stdin, which is closed afterwards; without it stdin is
+    closed from the start. The process ends at `spec.timeout_s` or `deadline`, whichever
+    comes first (TIMEOUT, the whole group stopped). A start that fails is MISSING (no
+    such program) or ERROR, with the reason in `stderr`.
+    """
+    started = time.monotonic()
+    cap = spec.max_output_bytes or DEFAULT_MAX_OUTPUT_BYTES
+    with tempfile.TemporaryFile() as output:
+        try:
+            with spawn(spec.argv, env=env, timeout_s=spec.timeout_s, deadline=deadline,
+                       stdin=subprocess.PIPE if while_running else subprocess.DEVNULL,
+                       stdout=output, stderr=subprocess.STDOUT) as group:
+                if while_running is not None:
+                    assert group.process.stdin is not None
+                    try:
+                        while_running(group.process.stdin)
+                    finally:
+                        with contextlib.suppress(OSError):
+                            group.process.stdin.close()
+                exited = group.wait()
+        except OSError as error:
+            state = CommandState.MISSING if isinstance(error, FileNotFoundError) else CommandState.ERROR
+            return CommandResult(spec.name, state, stderr=f"cannot start {spec.argv[0]}: {error}", argv=spec.argv,
+                                 duration_s=time.monotonic() - started)
+        size = output.seek(0, os.SEEK_END)
+        output.seek(0)
+        text = output.read(cap).decode("utf-8", errors="replace")
+    returncode = group.process.returncode
+    state = CommandState.TIMEOUT if not exited else CommandState.OK if returncode == 0 else CommandState.ERROR
+    if state is CommandState.TIMEOUT:
+        log.info("process timed out", command=spec.name, after_s=round(time.monotonic() - started, 2))
+    return CommandResult(spec.name, state, stdout=text, returncode=None if not exited else returncode,
+                         duration_s=time.monotonic() - started, truncated=size > cap, argv=spec.argv)

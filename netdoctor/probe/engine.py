@@ -1,52 +1,43 @@
-"""Runs the probe: starts the worker (or nccl-tests) under a deadline and assembles the result.
+"""What every probe engine shares: the interface, the worker process, its log, NVML link facts.
 
-The only place of the probe that starts processes. Each run gets its own process group
-(`start_new_session`), so at the deadline the whole group is killed: a hung NCCL
-communicator, its proxy threads and anything it forked go together, and nothing is left
-holding GPU memory. The group is registered with netdoctor.host.runner from its start
-until its leader is reaped, so it is killed at interpreter exit too when a caller stopped
-waiting for the probe (netdoctor.run gives up on a probe whose NVML call hangs).
+An engine (`ProbeEngine`) turns a `ProbeRequest` into a `ProbeResult`; the engines are
+listed in netdoctor.probe.dispatch, which validates the request and the budget first.
+Engines start processes only through netdoctor.host.runner (`run_worker`): each run
+gets its own process group, registered from its start until its leader is reaped, so
+at the deadline the whole group is stopped (a hung NCCL communicator, its proxy threads
+and anything it forked go together, nothing is left holding GPU memory), and it is
+killed at interpreter exit too when a caller stopped waiting for the probe.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
-import select
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
-import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Protocol
 
 import structlog
 
 from netdoctor.errors import ParseError
 from netdoctor.host.nvml import collect_nvml
-from netdoctor.host.runner import has_exited, tracked_process_group
-from netdoctor.parsers.nccl import NcclLogFacts, parse_nccl_log, parse_nccl_tests
-from netdoctor.probe.expectation import GpuLinks, expected_busbw, nvlink_version_name
+from netdoctor.host.runner import run_merged
+from netdoctor.host.types import CommandSpec, CommandState
+from netdoctor.parsers.nccl import NcclLogFacts, parse_nccl_log
+from netdoctor.probe.expectation import GpuLinks, nvlink_version_name
+from netdoctor.probe.result import ProbeRequest, ProbeResult, Transport
 
 log = structlog.get_logger(__name__)
 
-WORKER = Path(__file__).with_name("worker.py")
 MIB = 1 << 20
 # Small sizes time latency, large ones bandwidth; the largest is the one graded.
 DEFAULT_SIZES = [8 * 1024, MIB, 16 * MIB, 256 * MIB, 1024 * MIB]
 LOG_CAP_BYTES = 8 * MIB
-KILL_GRACE_S = 0.3
-# Below this fraction of the expected busbw the worker spends its remaining budget on
-# localisation (per-GPU copies, neighbour pairs). Callers pass their rule pack's
-# `[nccl-probe] pass_fraction`; this default (rules/default.toml's value) is only for
-# callers without a pack (the benchmarks).
-DEFAULT_LOCALISE_FRACTION = 0.8
 # The least budget the probe accepts. Below it a healthy node cannot finish, and being
-# killed for that is not a hang: run_probe refuses at once (status "error", reason_code
+# killed for that is not a hang: run_probe (netdoctor.probe.dispatch) refuses at once (status "error", reason_code
 # "budget-too-short"; the check says `unknown`). Measured on 2x H200 (benchmarks/results/
 # probe.md; the reviewer's `check --deadline 2` run): worker start, libcuda/libnccl load,
 # cuInit and contexts ~0.6 s and NCCL init alone up to ~1.4 s, before the all-reduces
@@ -58,9 +49,25 @@ INIT_HANG_BUDGET_S = 2 * MIN_PROBE_BUDGET_S
 _PHASE = re.compile(r"^NETDOCTOR_PHASE ([\w-]+)(?: (.*))?$", re.MULTILINE)
 
 
+
+
+class ProbeEngine(Protocol):
+    """One way of measuring: the ctypes NCCL worker, nccl-tests, ... (netdoctor.probe.dispatch lists them).
+
+    `run` gets a request whose budget, sizes and fraction are already checked, and
+    answers with a result for every outcome (skipped, error, timeout): it raises only
+    for a bug. The dispatcher fills in `engine`, `gpu_links` (when the engine read none)
+    and `duration_s`.
+    """
+
+    name: str
+
+    def run(self, request: ProbeRequest) -> ProbeResult: ...
+
+
 @dataclass(frozen=True)
 class WorkerRun:
-    """How one worker process ended."""
+    """How one engine process ended."""
 
     state: str                        # ok | timeout | crashed | missing
     result: dict[str, Any] | None     # the worker's JSON result, when it wrote one
@@ -69,7 +76,35 @@ class WorkerRun:
     duration_s: float
 
 
-def worker_environment(env: dict[str, str] | None) -> dict[str, str]:
+def run_worker(argv: list[str], env: Mapping[str, str], timeout_s: float, result_path: Path | None = None,
+               while_running: Callable[[IO[bytes]], None] | None = None) -> WorkerRun:
+    """Run an engine's process through the host runner; read its result file if it has one.
+
+    `while_running(stdin)` (optional) does the parent's own work while the process runs
+    and may write to its stdin. The process ends at `timeout_s` (at least 0.1 s).
+    """
+    spec = CommandSpec(Path(argv[0]).name, tuple(argv), timeout_s=max(timeout_s, 0.1), max_output_bytes=LOG_CAP_BYTES)
+    run = run_merged(spec, env=env, while_running=while_running)
+    if run.state is CommandState.MISSING or (run.state is CommandState.ERROR and run.returncode is None):
+        return WorkerRun("missing", None, run.stderr, None, run.duration_s)
+    result = None
+    if result_path is not None and result_path.exists():
+        try:
+            result = json.loads(result_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as error:
+            log.warning("probe worker result unreadable", error=str(error))
+    state = "timeout" if run.state is CommandState.TIMEOUT else "ok"
+    if state == "ok" and result is None and result_path is not None:
+        state = "crashed"
+    return WorkerRun(state, result, run.stdout, run.returncode, run.duration_s)
+
+
+def skipped(reason: str, code: str, *, status: str = "skipped", **facts: Any) -> ProbeResult:
+    """A result for a probe that measured nothing: not applicable, not installed, refused."""
+    return ProbeResult(status=status, reason=reason, reason_code=code, **facts)
+
+
+def worker_environment(env: Mapping[str, str] | None) -> dict[str, str]:
     """The worker's environment: the caller's, plus what the probe needs.
 
     * NCCL_DEBUG=INFO with INIT,GRAPH,NET,ENV: the transport, channel, topology and GDR
@@ -87,99 +122,7 @@ def worker_environment(env: dict[str, str] | None) -> dict[str, str]:
     merged.setdefault("NCCL_NVLS_ENABLE", "0")
     merged.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     merged["PYTHONDONTWRITEBYTECODE"] = "1"
-    merged["LC_ALL"] = "C"
-    return merged
-
-
-def _wait_exited(pid: int, timeout_s: float) -> bool:
-    """Wait up to `timeout_s` for child `pid` to exit, WITHOUT reaping it; True if it did.
-
-    Unreaped, its pid (= its process group id) cannot be reused, so its group can still
-    be killed safely afterwards.
-    """
-    end = time.monotonic() + max(timeout_s, 0.0)
-    try:
-        pidfd: int | None = os.pidfd_open(pid)   # readable once the child exits
-    except (AttributeError, OSError):
-        pidfd = None
-    try:
-        while not has_exited(pid):
-            left = end - time.monotonic()
-            if left <= 0:
-                return False
-            if pidfd is not None:
-                select.select([pidfd], [], [], left)
-            else:
-                time.sleep(min(left, 0.01))
-        return True
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-
-
-def _terminate_group(pid: int, grace_s: float = KILL_GRACE_S) -> None:
-    """SIGTERM the group led by child `pid` and give its leader `grace_s` to exit (unreaped).
-
-    The SIGKILL for whatever is left comes from leaving `tracked_process_group`.
-    """
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        return
-    _wait_exited(pid, grace_s)
-
-
-def run_process(argv: list[str], env: dict[str, str], timeout_s: float,
-                result_path: Path | None = None, while_running: Any = None) -> WorkerRun:
-    """Run `argv` in its own process group; kill the group at `timeout_s`.
-
-    `while_running(process)` (optional) is called once the process has started, to do
-    the parent's own work in the meantime; it may write to `process.stdin`. Nothing of
-    the group outlives this call, and should the caller stop waiting for it (this call
-    hangs in `while_running`), the group is killed when the interpreter exits.
-    """
-    started = time.monotonic()
-    with tempfile.TemporaryFile() as output:
-        try:
-            process = subprocess.Popen(argv, stdin=subprocess.PIPE if while_running else subprocess.DEVNULL,
-                                       stdout=output, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        except OSError as error:
-            return WorkerRun("missing", None, f"cannot start {argv[0]}: {error}", None, 0.0)
-        state = "ok"
-        try:
-            with tracked_process_group(process.pid):      # leaving it SIGKILLs the rest of the group
-                if while_running is not None:
-                    try:
-                        while_running(process)
-                    finally:
-                        _close_stdin(process)
-                if not _wait_exited(process.pid, max(timeout_s - (time.monotonic() - started), 0.1)):
-                    state = "timeout"
-                    _terminate_group(process.pid)
-        finally:
-            try:
-                process.wait(timeout=5.0)                  # reaped only once its group is dead
-            except subprocess.TimeoutExpired:
-                log.warning("probe process did not end after SIGKILL", pid=process.pid)
-        output.seek(0)
-        text = output.read(LOG_CAP_BYTES).decode(errors="replace")
-    result = None
-    if result_path is not None and result_path.exists():
-        try:
-            result = json.loads(result_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as error:
-            log.warning("probe worker result unreadable", error=str(error))
-    if state == "ok" and result is None and result_path is not None:
-        state = "crashed"
-    return WorkerRun(state, result, text, process.returncode, time.monotonic() - started)
-
-
-def _close_stdin(process: subprocess.Popen[bytes]) -> None:
-    if process.stdin is not None:
-        try:
-            process.stdin.close()
-        except OSError:
-            pass
+    return merged                                  # the runner adds LC_ALL=C, as for every process
 
 
 def _no_dmabuf_query(address: str) -> bool | None:
@@ -210,10 +153,10 @@ def collect_gpu_links(indices: list[int] | None, nvml_module: Any = None) -> lis
     return [by_index[index] for index in order if index in by_index]
 
 
-def describe_transport(facts: NcclLogFacts | None) -> dict[str, Any]:
+def describe_transport(facts: NcclLogFacts | None) -> Transport:
     """How NCCL carried the traffic, from its own log: kind, channels, GDR, details."""
     if facts is None:
-        return {"kind": None, "channels": None, "gdr": None, "details": ["no NCCL log lines captured"]}
+        return Transport()
     kinds = facts.transport_kinds
     primary = kinds[0] if kinds else None
     kind = primary
@@ -237,113 +180,8 @@ def describe_transport(facts: NcclLogFacts | None) -> dict[str, Any]:
                        f"{state.device}")
     for name, value in sorted(facts.environment.items()):
         details.append(f"{name}={value}")
-    return {"kind": kind, "channels": facts.channels, "gdr": gdr, "nvls_channels": facts.nvls_channels,
-            "details": details}
-
-
-def _skipped(reason: str, code: str, started: float, **extra: Any) -> dict[str, Any]:
-    return {"status": "skipped", "reason": reason, "reason_code": code, "engine": extra.pop("engine", "nccl"),
-            "nccl_version": None, "gpus": extra.pop("gpus", []), "gpu_count": extra.pop("gpu_count", 0), "sizes": [],
-            "busbw_gbps": None, "transport": describe_transport(None), "localisation": [],
-            "duration_s": round(time.monotonic() - started, 3), **extra}
-
-
-def run_probe(*, gpus: list[int] | None, engine: str = "auto", budget_s: float = 5.0, sizes: list[int] | None = None,
-              env: dict[str, str] | None = None, inventory: Any = None,
-              localise_below_fraction: float = DEFAULT_LOCALISE_FRACTION) -> dict[str, Any]:
-    """Run the NCCL probe on this node's GPUs within `budget_s` seconds; never raises for GPU problems.
-
-    Returns a JSON-serialisable dict (see docs/probe.md). `inventory` (optional) lets the
-    probe skip at once on nodes with fewer than two GPUs. `localise_below_fraction`: the
-    caller's rule pack's `[nccl-probe] pass_fraction`; below that fraction of the expected
-    busbw the worker localises the slow GPU or link.
-    """
-    started = time.monotonic()
-    sizes = sorted(set(sizes or DEFAULT_SIZES))
-    if any(size < 4 or size % 4 for size in sizes):
-        return _skipped(f"message sizes must be positive multiples of 4 bytes, got {sizes}", "bad-sizes", started,
-                        status="error")
-    fraction = localise_below_fraction
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 2:
-        return _skipped(f"localisation fraction (the pack's pass_fraction) must be in (0, 2], got {fraction!r}",
-                        "bad-fraction", started, status="error")
-    if engine not in ("auto", "nccl", "nccl-tests"):
-        return _skipped(f"unknown probe engine {engine!r} (auto, nccl, nccl-tests)", "bad-engine", started,
-                        status="error")
-    if inventory is not None and gpus is None:
-        known = getattr(inventory, "gpus", None)
-        nvml = inventory.source("nvml") if hasattr(inventory, "source") else None
-        if known is not None and nvml is not None and nvml.usable and len(known) < 2:
-            return _skipped(f"{len(known)} GPU(s) on this node: an all-reduce needs at least 2", "single-gpu"
-                            if known else "no-gpus", started, gpu_count=len(known), gpus=[gpu.index for gpu in known])
-    if budget_s < MIN_PROBE_BUDGET_S:
-        return _skipped(f"the probe needs at least {MIN_PROBE_BUDGET_S:g} s; it got {budget_s:.1f} s: "
-                        "raise --deadline/--budget", "budget-too-short", started, status="error",
-                        engine="nccl-tests" if engine == "nccl-tests" else "nccl",
-                        gpus=list(gpus or []), gpu_count=len(gpus or []), budget_s=round(budget_s, 3),
-                        min_budget_s=MIN_PROBE_BUDGET_S)
-    chosen = "nccl-tests" if engine == "nccl-tests" else "nccl"
-    gpu_links: list[GpuLinks] = []
-    if chosen == "nccl-tests":
-        every_gpu = collect_gpu_links(None)
-        known = {link.index for link in every_gpu}
-        missing = [index for index in gpus or [] if index not in known]
-        if every_gpu and missing:
-            return _skipped(f"GPU index {missing} does not exist: {len(every_gpu)} GPU(s) visible", "bad-gpus",
-                            started, status="error", engine=chosen, gpus=list(gpus or []),
-                            gpu_count=len(gpus or []))
-        gpu_links = every_gpu if gpus is None else [link for index in gpus for link in every_gpu
-                                                    if link.index == index]
-        result = _run_nccl_tests(gpus, sizes, budget_s, started, env, gpu_links)
-    else:
-        result = _run_worker(gpus, sizes, budget_s, started, env, gpu_links, localise_below_fraction)
-    if not result.get("gpus") and gpu_links:
-        result["gpus"] = [link.index for link in gpu_links]
-        result["gpu_count"] = len(gpu_links)
-    if result.get("reason_code") in ("no-driver", "no-gpus") and gpu_links:
-        # NVML sees GPUs but CUDA does not: a broken driver install, not a GPU-less node.
-        result["status"] = "error"
-        result["reason"] = f"NVML reports {len(gpu_links)} GPU(s) but CUDA cannot use them: {result.get('reason')}"
-    result["engine"] = chosen
-    result["gpu_links"] = [asdict(link) for link in gpu_links]
-    result["duration_s"] = round(time.monotonic() - started, 3)
-    return result
-
-
-def _localise_threshold(gpu_links: list[GpuLinks], gpus: list[int] | None, largest: int,
-                        fraction: float) -> float | None:
-    selected = [link for link in gpu_links if gpus is None or link.index in gpus]
-    expectation = expected_busbw(selected, largest)
-    return None if expectation.busbw_gbps is None else round(expectation.busbw_gbps * fraction, 2)
-
-
-def _run_worker(gpus: list[int] | None, sizes: list[int], budget_s: float, started: float,
-                env: dict[str, str] | None, gpu_links: list[GpuLinks], localise_fraction: float) -> dict[str, Any]:
-    """Start the worker, then read NVML while it initialises CUDA (the two overlap) and send
-    it the localisation threshold on its stdin. `gpu_links` is filled in place."""
-
-    def meanwhile(process: subprocess.Popen[bytes]) -> None:
-        gpu_links.extend(collect_gpu_links(gpus))
-        threshold = _localise_threshold(gpu_links, gpus, sizes[-1], localise_fraction)
-        if process.stdin is not None:
-            try:
-                process.stdin.write(json.dumps(threshold).encode() + b"\n")
-                process.stdin.flush()
-            except OSError:
-                pass      # the worker already ended; its result says why
-
-    with tempfile.TemporaryDirectory(prefix="netdoctor-probe-") as directory:
-        result_path = Path(directory) / "result.json"
-        left = budget_s - (time.monotonic() - started)
-        config = {"gpus": gpus, "sizes": sizes, "budget_s": max(left - 0.2, 0.1),
-                  "localise_below_gbps": "stdin", "localise_reserve_s": 0.5,
-                  "nccl_library": (os.environ if env is None else env).get("NETDOCTOR_NCCL_LIBRARY") or None,
-                  # Measuring longer than ~0.6 s changes busbw by < 1 % (benchmarks/results/probe.md)
-                  # but adds to every prolog run; small budgets get 10 % of their time.
-                  "measure_s": max(0.3, min(0.6, budget_s * 0.1))}
-        argv = [sys.executable, "-B", str(WORKER), json.dumps(config), str(result_path)]
-        run = run_process(argv, worker_environment(env), left, result_path, while_running=meanwhile)
-    return assemble(run, budget_s)
+    return Transport(kind=kind, channels=facts.channels, gdr=gdr, nvls_channels=facts.nvls_channels,
+                     details=tuple(details), logged=True)
 
 
 def worker_phases(log_text: str) -> dict[str, Any]:
@@ -360,14 +198,18 @@ def worker_phases(log_text: str) -> dict[str, Any]:
     return phases
 
 
-def assemble(run: WorkerRun, budget_s: float) -> dict[str, Any]:
-    """The probe result from a finished (or killed) worker run."""
+def assemble(run: WorkerRun, budget_s: float, **measured: Any) -> ProbeResult:
+    """The probe result from a finished (or killed) worker run.
+
+    `measured` (JSON form) stands in for the worker's result file, for an engine that
+    reads its measurements from the process output (nccl-tests).
+    """
     facts = None
     try:
         facts = parse_nccl_log(run.log)
     except ParseError:
         facts = None
-    result: dict[str, Any] = dict(run.result or {})
+    result: dict[str, Any] = {**(run.result or {}), **measured}
     phases = worker_phases(run.log)
     # What the worker said it probed, for a worker killed before it wrote its result.
     if not result.get("gpus") and isinstance(phases.get("gpus"), list):
@@ -411,52 +253,7 @@ def assemble(run: WorkerRun, budget_s: float) -> dict[str, Any]:
     result.setdefault("gpu_count", len(result["gpus"]))
     result.setdefault("nccl_version", facts.version.split("+")[0] if facts and facts.version else None)
     result["busbw_gbps"] = result["sizes"][-1]["busbw_gbps"] if result["sizes"] else None
-    result["transport"] = describe_transport(facts)
     result["nccl_warnings"] = [line.message for line in facts.warnings][:10] if facts else []
-    return result
+    return dataclasses.replace(ProbeResult.from_json(result), transport=describe_transport(facts))
 
 
-def _run_nccl_tests(gpus: list[int] | None, sizes: list[int], budget_s: float, started: float,
-                    env: dict[str, str] | None, gpu_links: list[GpuLinks]) -> dict[str, Any]:
-    """`all_reduce_perf` from nccl-tests, one process, all GPUs (-g N), judged on its largest size."""
-    binary = shutil.which("all_reduce_perf", path=(env or os.environ).get("PATH"))
-    if binary is None:
-        return _skipped("all_reduce_perf (nccl-tests) is not installed", "no-nccl-tests", started, engine="nccl-tests")
-    if gpus is None and not gpu_links:
-        # Without NVML the GPUs cannot be counted for `-g N`; 0 would read as a GPU-less node.
-        return _skipped("NVML gives no GPU count for all_reduce_perf -g N: pass --gpus, or use --engine nccl",
-                        "no-gpu-count", started, engine="nccl-tests", status="error")
-    count = len(gpus) if gpus is not None else len(gpu_links)
-    if count < 2:
-        return _skipped(f"{count} GPU(s) selected: an all-reduce needs at least 2", "single-gpu", started,
-                        engine="nccl-tests", gpu_count=count)
-    environment = worker_environment(env)
-    if gpus is not None:
-        environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(index) for index in gpus)
-    smallest, largest = sizes[0], sizes[-1]
-    argv = [binary, "-b", str(smallest), "-e", str(largest), "-f", "4", "-g", str(count), "-w", "5", "-n", "20", "-c", "1"]
-    left = budget_s - (time.monotonic() - started)
-    run = run_process(argv, environment, left)
-    result = assemble(WorkerRun(run.state if run.state != "ok" else "ok", {}, run.log, run.returncode, run.duration_s),
-                      budget_s)
-    result["gpus"] = gpus if gpus is not None else [link.index for link in gpu_links]
-    result["gpu_count"] = count
-    if run.state == "timeout":
-        return result
-    try:
-        runs = parse_nccl_tests(run.log)
-    except ParseError as error:
-        result.update(status="error", reason=f"nccl-tests output not understood: {error}")
-        return result
-    table = runs[-1]
-    result["sizes"] = [{"bytes": row.size, "time_us": row.out_of_place.time_us, "algbw_gbps": row.out_of_place.algbw_gbps,
-                        "busbw_gbps": row.out_of_place.busbw_gbps, "verified": not row.out_of_place.wrong}
-                       for row in table.rows]
-    result["busbw_gbps"] = table.largest.out_of_place.busbw_gbps if table.largest else None
-    if table.wrong:
-        result.update(status="wrong-result", reason=f"nccl-tests reported {table.wrong} wrong value(s)")
-    elif run.returncode != 0:
-        result.update(status="error", reason=f"all_reduce_perf exited with status {run.returncode}")
-    else:
-        result.update(status="ok", reason="")
-    return result

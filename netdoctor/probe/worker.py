@@ -2,7 +2,7 @@
 
 Run as a script (`python3 worker.py CONFIG_JSON RESULT_PATH`), never imported by the
 rest of netdoctor at probe time: it uses only the standard library so that it starts
-fast and runs on nodes without PyTorch or CuPy. The parent (netdoctor.probe.engine)
+fast and runs on nodes without PyTorch or CuPy. The parent (netdoctor.probe.nccl_worker)
 starts it in its own process group and kills the group at the deadline; this worker
 also watches the same deadline and stops early with partial results.
 
