@@ -33,10 +33,10 @@ STATUS_VALUE = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.UNKNOWN: 
 
 
 def escape_label_value(value: str) -> str:
-    """Escape per the exposition format (backslash, double quote, line feed), after
-    spelling out control characters from the node (netdoctor.textsafe): a label value
-    is shown on dashboards and terminals."""
-    return safe_text(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """Escape per the exposition format (backslash, double quote, line feed as `\\n`); other
+    control characters from the node are spelled out first (netdoctor.textsafe), since a
+    label value is shown on dashboards and terminals."""
+    return "\\n".join(safe_text(line).replace("\\", "\\\\").replace('"', '\\"') for line in value.split("\n"))
 
 
 def _labels(**labels: str) -> str:

@@ -163,12 +163,14 @@ def _header(report: Report, color: bool, width: int) -> list[str]:
     A required check that --only/--skip left out is named on the grade line: a pass
     without it is not the pack's pass."""
     grade = str(report.grade)
-    head = f"{safe_text(report.host)}: {grade.upper()}"
+    graded = f"{safe_text(report.host)}: {grade.upper()}"
+    head = graded
     if report.required_not_run:
         head += f" (required check not run: {', '.join(map(safe_text, report.required_not_run))})"
     lines = _wrapped(f"{head}   rules {safe_text(report.rules)}   {report.duration_s:.2f} s   {report.started_at}",
                      width, "", "  ")
-    lines[0] = lines[0].replace(f": {grade.upper()}", f": {_paint(grade.upper(), grade, color)}", 1)
+    if lines[0].startswith(graded):   # a host name too long for one line is wrapped, and shown uncolored
+        lines[0] = graded[:-len(grade)] + _paint(grade.upper(), grade, color) + lines[0][len(graded):]
     if report.snapshot:
         captured = f"   captured {safe_text(report.captured_at)}" if report.captured_at else ""
         lines += _wrapped(f"snapshot: {safe_text(report.snapshot)}{captured}", width, "", "  ")
