@@ -239,8 +239,9 @@ def open_snapshot(path: Path | str) -> SnapshotSource:
     """
     location = Path(path)
     if location.is_dir():
-        archives = sorted(entry.name for entry in location.glob("*.t*gz") if entry.name.endswith((".tar.gz", ".tgz")))
-        if archives and not os.path.lexists(location / "snapshot.json"):
+        archives = [] if os.path.lexists(location / "snapshot.json") else sorted(
+            entry.name for entry in location.iterdir() if entry.name.endswith((".tar.gz", ".tgz")))
+        if archives:   # `--snapshot DIR` where DIR holds capture.tar.gz: point at the archive
             raise SnapshotError(f"{location} is not a netdoctor snapshot: no snapshot.json; it holds "
                                 f"{', '.join(archives[:3])}: pass the archive, e.g. --snapshot {location / archives[0]}")
         _check_directory(location)
