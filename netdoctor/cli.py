@@ -323,7 +323,8 @@ def _failed_run_report(options: Any, error: BaseException) -> Any:
     reason = str(error) if isinstance(error, NetdoctorError) else f"internal error: {type(error).__name__}: {error}"
     return Report(host=socket.gethostname().split(".")[0], grade=Grade.UNKNOWN, started_at=utc_now_iso(),
                   duration_s=0.0, rules=options.rules or "-",
-                  findings=[Finding("netdoctor", Status.UNKNOWN, "node", f"netdoctor could not judge this node: {reason}")],
+                  findings=[Finding("netdoctor", Status.UNKNOWN, "node", f"netdoctor could not judge this node: {reason}",
+                                    internal=not isinstance(error, NetdoctorError))],
                   netdoctor_version=__version__,
                   snapshot=str(options.snapshot) if options.snapshot is not None else None)
 
@@ -334,7 +335,7 @@ MAX_BUDGET_S = 24 * 3600.0   # beyond this a "deadline" is a typo (and overflows
 def _positive_deadline(value: float | None, default: float) -> float:
     budget = default if value is None else value
     if not 0 < budget <= MAX_BUDGET_S:
-        raise UsageError(f"a time budget must be between 0 and {MAX_BUDGET_S:.0f} seconds, not {budget}")
+        raise UsageError(f"a time budget must be more than 0 and at most {MAX_BUDGET_S:.0f} seconds, not {budget:g}")
     return budget
 
 

@@ -249,6 +249,8 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         probe=probe_report,
         netdoctor_version=__version__,
         snapshot=str(options.snapshot) if options.snapshot is not None else None,
+        captured_at=inventory.captured_at if node.is_snapshot else None,
+        required_not_run=tuple(sorted(pack.required & set(registry.ids()) - {check.id for check in selected})),
     )
 
 

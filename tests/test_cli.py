@@ -146,7 +146,7 @@ def test_output_file_leaves_stdout_empty(world: dict[str, Path], tmp_path: Path)
     (["nosuchcommand"], "No such command 'nosuchcommand'"),
     (["check", "--deadline", "soon"], "Invalid value for '--deadline'"),
     (["fleet"], "Missing command"),
-    (["check", "--deadline", "inf"], "between 0 and 86400 seconds"),
+    (["check", "--deadline", "inf"], "more than 0 and at most 86400 seconds"),
     (["check", "--only", "mtu", "--skip", "mtu"], "leave no check to run"),
 ])
 def test_usage_errors_exit_3_with_one_line(args: list[str], message: str) -> None:
@@ -168,7 +168,7 @@ def test_unknown_check_id_exits_3_listing_valid_ids(world: dict[str, Path]) -> N
 def test_negative_deadline_is_a_usage_error(world: dict[str, Path]) -> None:
     code, _, stderr = invoke(_check_args(world, "zz-pass", "--deadline", "-1"))
     assert code == 3
-    assert stderr == "netdoctor: error: a time budget must be between 0 and 86400 seconds, not -1.0\n"
+    assert stderr == "netdoctor: error: a time budget must be more than 0 and at most 86400 seconds, not -1\n"
 
 
 def test_unreadable_snapshot_exits_3_without_traceback(tmp_path: Path) -> None:

@@ -142,6 +142,50 @@ def fake_netdoctor(directory: Path, grade: str) -> Path:
     return script
 
 
+def report_netdoctor(directory: Path, name: str, report: dict) -> Path:
+    """Prints the given report, like `netdoctor check --format json`, and exits with its grade's code."""
+    script = directory / f"netdoctor-{name}"
+    script.write_text(f"#!/bin/bash\ncat <<'EOF'\n{json.dumps(report)}\nEOF\nexit 3\n")
+    script.chmod(0o755)
+    return script
+
+
+CRASHED = {"check": "port-state", "subject": "node", "status": "unknown", "internal": True,
+           "summary": "check crashed: ZeroDivisionError: division by zero"}
+TOOL_MISSING = {"check": "link-speed", "subject": "node", "status": "unknown", "summary": "ibstat is not installed"}
+PLUGIN_BROKEN = {"check": "plugins", "subject": "/etc/netdoctor/plugins.d/x.py", "status": "unknown", "internal": True,
+                 "summary": "plugin failed to load: ImportError: no module named foo"}
+
+
+def _unknown_report(*findings: dict) -> dict:
+    checks = [{"check": "port-state", "status": "unknown", "required": True},
+              {"check": "link-speed", "status": "unknown", "required": True}]
+    return {"schema": "netdoctor.report/1", "grade": "unknown", "findings": list(findings), "checks": checks}
+
+
+def test_an_internal_error_is_no_verdict_on_the_node(tmp_path: Path) -> None:
+    """DRAIN_ON=fail,unknown drains a node netdoctor could not judge, never one where netdoctor broke."""
+    crashed = report_netdoctor(tmp_path, "crashed", _unknown_report(CRASHED, PLUGIN_BROKEN))
+    code, calls, stderr = run_hook(tmp_path, "prolog", "/nonexistent", NETDOCTOR=str(crashed), DRAIN_ON="fail,unknown")
+    assert (code, calls) == (0, []), stderr
+    assert "internal error: port-state node - check crashed: ZeroDivisionError" in stderr
+    assert "node left in service (DRAIN_ON_INTERNAL=no)" in stderr
+    assert "internal error" in (tmp_path / "reports" / "slurm-hook.log").read_text()
+    code, calls, _ = run_hook(tmp_path, "prolog", "/nonexistent", NETDOCTOR=str(crashed), DRAIN_ON="fail,unknown",
+                              DRAIN_ON_INTERNAL="yes")
+    assert code == 1
+    assert calls == ["update nodename=gpu07 state=drain reason=netdoctor: internal error: port-state node - "
+                     "check crashed: ZeroDivisionError: division by zero"]
+
+
+def test_a_real_unknown_still_drains_beside_an_internal_one(tmp_path: Path) -> None:
+    mixed = report_netdoctor(tmp_path, "mixed", _unknown_report(CRASHED, TOOL_MISSING))
+    code, calls, stderr = run_hook(tmp_path, "prolog", "/nonexistent", NETDOCTOR=str(mixed), DRAIN_ON="fail,unknown")
+    assert code == 1, stderr
+    assert calls and calls[0].startswith("update nodename=gpu07 state=drain reason=netdoctor: ")
+    assert "internal error" not in calls[0]
+
+
 OURS = "NodeName=gpu07 State=IDLE+DRAIN Reason=netdoctor: port-state mlx5_2:1 - port is down [root@2026-11-21T23:00:00]"
 
 

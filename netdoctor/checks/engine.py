@@ -142,7 +142,7 @@ def _result_of(check: Check, gated: Finding | None, envelope: _Envelope | None,
         error = envelope.error
         message = f"check crashed: {type(error).__name__}: {error}"
         log.warning("check crashed", check=check.id, error=message, origin=check.origin)
-        return [Finding(check.id, Status.UNKNOWN, "node", message,
+        return [Finding(check.id, Status.UNKNOWN, "node", message, internal=True,
                         evidence={"duration_s": round(envelope.duration_s, 4), "origin": check.origin})], \
             envelope.duration_s, message
     produced = envelope.findings or [Finding(check.id, Status.SKIP, "node", "nothing to judge on this node")]

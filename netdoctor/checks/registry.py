@@ -53,7 +53,7 @@ class PluginProblem:
 
     def to_finding(self) -> Finding:
         return Finding(PLUGINS_CHECK_ID, Status.UNKNOWN, self.subject, self.message,
-                       evidence={"plugin": self.subject})
+                       evidence={"plugin": self.subject}, internal=True)
 
 
 def _sort_key(check: Check) -> tuple[bool, int, str]:

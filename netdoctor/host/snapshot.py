@@ -15,8 +15,7 @@ import shutil
 import stat
 import tarfile
 import tempfile
-import zlib
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -240,6 +239,11 @@ def open_snapshot(path: Path | str) -> SnapshotSource:
     """
     location = Path(path)
     if location.is_dir():
+        archives = [] if os.path.lexists(location / "snapshot.json") else sorted(
+            entry.name for entry in location.iterdir() if entry.name.endswith((".tar.gz", ".tgz")))
+        if archives:   # `--snapshot DIR` where DIR holds capture.tar.gz: point at the archive
+            raise SnapshotError(f"{location} is not a netdoctor snapshot: no snapshot.json; it holds "
+                                f"{', '.join(archives[:3])}: pass the archive, e.g. --snapshot {location / archives[0]}")
         _check_directory(location)
         return SnapshotSource(location.resolve(), origin=str(location))
     if not location.exists():
@@ -250,7 +254,9 @@ def open_snapshot(path: Path | str) -> SnapshotSource:
     try:
         extracted = workdir / "snapshot"
         extracted.mkdir(mode=0o700)
-        _extract_tar(location, extracted)
+        from netdoctor.host.snapshot_tar import extract_tar
+
+        extract_tar(location, extracted)
         root = extracted
         if not (root / "snapshot.json").exists():
             # Also accept archives made with one top-level directory (`tar czf x.tgz SNAP/`).
@@ -263,11 +269,16 @@ def open_snapshot(path: Path | str) -> SnapshotSource:
         raise
 
 
+MAX_DEPTH = 64   # directory levels; sysfs paths in a snapshot are a dozen deep
+
+
 def _check_directory(root: Path) -> None:
     """A snapshot directory holds what an archive may: regular files, directories, symlinks,
     within the same size and count limits; a device, FIFO or socket is refused, as in a tar."""
     count = total = 0
     for directory, directories, files in os.walk(root):
+        if directories and len(Path(directory).relative_to(root).parts) >= MAX_DEPTH:
+            raise SnapshotError(f"snapshot {root}: directories nested more than {MAX_DEPTH} levels deep")
         for name in directories + files:
             path = Path(directory) / name
             info = path.lstat()
@@ -285,120 +296,6 @@ def _check_directory(root: Path) -> None:
             total += info.st_size
             if total > MAX_TOTAL_BYTES:
                 raise SnapshotError(f"snapshot {root}: more than {MAX_TOTAL_BYTES} bytes in all")
-
-
-def _member_parts(name: str, archive: Path) -> list[str]:
-    if name.startswith("/"):
-        raise SnapshotError(f"snapshot {archive}: member {name!r} has an absolute path")
-    if "\x00" in name:
-        raise SnapshotError(f"snapshot {archive}: member name contains a NUL byte")
-    parts = [part for part in PurePosixPath(name).parts if part not in ("", ".")]
-    if ".." in parts:
-        raise SnapshotError(f"snapshot {archive}: member {name!r} contains '..'")
-    return parts
-
-
-def _safe_directory(root: Path, parts: list[str], archive: Path) -> Path:
-    """Create (or walk) directories under root, refusing to pass through anything but a real directory."""
-    current = root
-    for part in parts:
-        current = current / part
-        try:
-            info = os.lstat(current)
-        except FileNotFoundError:
-            os.mkdir(current, 0o700)
-            continue
-        if not stat.S_ISDIR(info.st_mode):
-            raise SnapshotError(f"snapshot {archive}: {'/'.join(parts)} passes through a non-directory member")
-    return current
-
-
-def _extract_tar(archive: Path, destination: Path) -> None:
-    """Extract a snapshot archive member by member, validating each before it touches the disk."""
-    total = 0
-    count = 0
-    data_filter = getattr(tarfile, "data_filter", None)
-    try:
-        with tarfile.open(archive, mode="r:*") as tar:
-            for member in tar:
-                count += 1
-                if count > MAX_MEMBERS:
-                    raise SnapshotError(f"snapshot {archive}: more than {MAX_MEMBERS} members")
-                parts = _member_parts(member.name, archive)
-                if not parts:
-                    continue
-                name = "/".join(parts)
-                if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
-                    raise SnapshotError(f"snapshot {archive}: member {name!r} is a device, FIFO or other special file")
-                if member.size > MAX_MEMBER_BYTES:
-                    raise SnapshotError(f"snapshot {archive}: member {name!r} is {member.size} bytes, "
-                                        f"more than the {MAX_MEMBER_BYTES}-byte limit")
-                total += member.size
-                if total > MAX_TOTAL_BYTES:
-                    raise SnapshotError(f"snapshot {archive}: more than {MAX_TOTAL_BYTES} bytes in all")
-                if member.issym() or member.islnk():
-                    _check_link(member, parts, archive)
-                if data_filter is not None:
-                    # A second opinion from the standard library's own rules.
-                    try:
-                        data_filter(member, str(destination))
-                    except tarfile.FilterError as error:
-                        raise SnapshotError(f"snapshot {archive}: member {name!r} refused: {error}") from error
-                _write_member(tar, member, parts, destination, archive)
-    except SnapshotError:
-        raise
-    except (tarfile.TarError, EOFError, zlib.error, OSError, UnicodeError) as error:
-        raise SnapshotError(f"snapshot {archive} is not a readable tar archive (truncated or corrupt): {error}") from error
-
-
-def _check_link(member: tarfile.TarInfo, parts: list[str], archive: Path) -> None:
-    target = member.linkname
-    name = "/".join(parts)
-    if not target or target.startswith("/"):
-        raise SnapshotError(f"snapshot {archive}: link {name!r} -> {target!r} is absolute")
-    # Symlink targets are relative to the link's directory; hard link targets to the archive root.
-    base = parts[:-1] if member.issym() else []
-    depth = len(base)
-    for part in PurePosixPath(target).parts:
-        if part == "..":
-            depth -= 1
-            if depth < 0:
-                raise SnapshotError(f"snapshot {archive}: link {name!r} -> {target!r} leaves the snapshot")
-        elif part not in ("", "."):
-            depth += 1
-
-
-def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, parts: list[str], destination: Path,
-                  archive: Path) -> None:
-    parent = _safe_directory(destination, parts[:-1], archive)
-    target = parent / parts[-1]
-    if member.isdir():
-        _safe_directory(destination, parts, archive)
-        return
-    if os.path.lexists(target):
-        raise SnapshotError(f"snapshot {archive}: member {'/'.join(parts)!r} appears twice")
-    if member.issym():
-        os.symlink(member.linkname, target)
-        return
-    if member.islnk():
-        source = destination.joinpath(*_member_parts(member.linkname, archive))
-        data = _read_regular(source, MAX_MEMBER_BYTES, f"hard link target {member.linkname!r}")
-        if data is None:
-            raise SnapshotError(f"snapshot {archive}: hard link {'/'.join(parts)!r} points to a missing member")
-        stream: io.BufferedIOBase | None = io.BytesIO(data)  # type: ignore[assignment]
-    else:
-        stream = tar.extractfile(member)  # type: ignore[assignment]
-    descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    written = 0
-    with os.fdopen(descriptor, "wb") as handle:
-        while stream is not None:
-            chunk = stream.read(1 << 20)
-            if not chunk:
-                break
-            written += len(chunk)
-            if written > MAX_MEMBER_BYTES:
-                raise SnapshotError(f"snapshot {archive}: member {'/'.join(parts)!r} is larger than its header says")
-            handle.write(chunk)
 
 
 # -- writing ------------------------------------------------------------------------------

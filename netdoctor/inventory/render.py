@@ -7,6 +7,7 @@ import enum
 from typing import Any
 
 from netdoctor.inventory.model import Inventory, LinkLayer, SourceState
+from netdoctor.textsafe import safe_text
 
 SCHEMA = "netdoctor.inventory/1"
 
@@ -39,6 +40,7 @@ def _plain(value: Any) -> Any:
 
 
 def _table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
+    rows = [[safe_text(cell) for cell in row] for row in rows]   # names from the node, escaped before measuring
     widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
     lines = [indent + "  ".join(header.ljust(width) for header, width in zip(headers, widths, strict=False)).rstrip()]
     for row in rows:
@@ -153,4 +155,5 @@ def render_inventory_text(inventory: Inventory) -> str:
         for conflict in inventory.conflicts:
             values = ", ".join(f"{source}={value}" for source, value in conflict.values.items())
             lines.append(f"  {conflict.subject} {conflict.fact}: {values} (using {conflict.chosen})")
-    return "\n".join(lines) + "\n"
+    # Every line holds names and tool output from the node: no control character reaches the terminal.
+    return "\n".join(safe_text(line) for line in lines) + "\n"

@@ -5,7 +5,8 @@ could not decide: an infrastructure problem, not a verdict); skip -> <skipped>; 
 a passing testcase with the warning in <system-out> (the node works, degraded: a CI
 gate on "no failures" must let it through, as the exit code 1 distinguishes it);
 shadow findings likewise pass with their status in <system-out>. classname is
-`netdoctor.<check>`, name is the subject.
+`netdoctor.<check>`, name is the subject. Text from the node is escaped
+(netdoctor.textsafe): XML 1.0 cannot carry control characters at all.
 
 Test names are unique within a classname (CI dashboards key test history on
 classname + name and merge or drop repeats): when a check judges one subject several
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 
 from netdoctor.report.model import Finding, Report, Status
+from netdoctor.textsafe import safe_text
 
 
 def junit_case_names(findings: list[Finding]) -> list[str]:
@@ -65,34 +67,36 @@ def render_junit(report: Report) -> str:
         per_check[finding.check] = per_check.get(finding.check, 0) + 1
 
     suites = ElementTree.Element("testsuites", name="netdoctor")
-    suite = ElementTree.SubElement(suites, "testsuite", name=f"netdoctor {report.host}",
-                                   hostname=report.host, timestamp=report.started_at.removesuffix("Z"))
+    host = safe_text(report.host)
+    suite = ElementTree.SubElement(suites, "testsuite", name=f"netdoctor {host}",
+                                   hostname=host, timestamp=report.started_at.removesuffix("Z"))
     properties = ElementTree.SubElement(suite, "properties")
     for name, value in (("grade", str(report.grade)), ("rules", report.rules),
                         ("netdoctor", report.netdoctor_version)):
-        ElementTree.SubElement(properties, "property", name=name, value=value)
+        ElementTree.SubElement(properties, "property", name=name, value=safe_text(value))
 
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for finding, name in zip(report.findings, junit_case_names(report.findings)):
         counts["tests"] += 1
         # A check's time is spread over its findings so the suite total stays right.
         time_s = durations.get(finding.check, 0.0) / max(per_check[finding.check], 1)
-        case = ElementTree.SubElement(suite, "testcase", classname=f"netdoctor.{finding.check}",
-                                      name=name, time=f"{time_s:.4f}")
+        case = ElementTree.SubElement(suite, "testcase", classname=safe_text(f"netdoctor.{finding.check}"),
+                                      name=safe_text(name), time=f"{time_s:.4f}")
         detail = _detail(finding.evidence, finding.remedy)
+        summary = safe_text(finding.summary)
         if finding.shadow:
-            ElementTree.SubElement(case, "system-out").text = f"{finding.status} (shadow, not graded): {finding.summary}\n{detail}"
+            ElementTree.SubElement(case, "system-out").text = f"{finding.status} (shadow, not graded): {summary}\n{detail}"
         elif finding.status is Status.FAIL:
             counts["failures"] += 1
-            ElementTree.SubElement(case, "failure", message=finding.summary, type="fail").text = detail
+            ElementTree.SubElement(case, "failure", message=summary, type="fail").text = detail
         elif finding.status is Status.UNKNOWN:
             counts["errors"] += 1
-            ElementTree.SubElement(case, "error", message=finding.summary, type="unknown").text = detail
+            ElementTree.SubElement(case, "error", message=summary, type="unknown").text = detail
         elif finding.status is Status.SKIP:
             counts["skipped"] += 1
-            ElementTree.SubElement(case, "skipped", message=finding.summary)
+            ElementTree.SubElement(case, "skipped", message=summary)
         elif finding.status is Status.WARN:
-            ElementTree.SubElement(case, "system-out").text = f"warn: {finding.summary}\n{detail}"
+            ElementTree.SubElement(case, "system-out").text = f"warn: {summary}\n{detail}"
     suite.set("time", f"{report.duration_s:.3f}")
     for key, value in counts.items():
         suite.set(key, str(value))
@@ -104,7 +108,7 @@ def render_junit(report: Report) -> str:
 def _detail(evidence: dict[str, object], remedy: str | None) -> str:
     parts = []
     if evidence:
-        parts.append("evidence: " + json.dumps(evidence, sort_keys=True, default=str))
+        parts.append("evidence: " + json.dumps(evidence, sort_keys=True, default=str))   # ASCII: controls escaped
     if remedy:
-        parts.append(f"remedy: {remedy}")
+        parts.append(f"remedy: {safe_text(remedy)}")
     return "\n".join(parts)

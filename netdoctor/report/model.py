@@ -40,6 +40,8 @@ class Finding:
     address, or `node`. `evidence` holds the measured facts (JSON-serialisable) apart
     from the sentence for humans. `rule` names the rule-pack setting that decided the
     status (used for shadow mode); `shadow` findings never change the grade.
+    `internal` marks a finding that exists because netdoctor itself failed (a check or
+    plugin raised, a plugin did not load): "could not judge" is not a verdict on the node.
     """
 
     check: str
@@ -50,6 +52,7 @@ class Finding:
     remedy: str | None = None
     rule: str | None = None
     shadow: bool = False
+    internal: bool = False
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -65,6 +68,8 @@ class Finding:
             data["rule"] = self.rule
         if self.shadow:
             data["shadow"] = True
+        if self.internal:
+            data["internal"] = True
         return data
 
 
@@ -106,6 +111,8 @@ class Report:
     probe: dict[str, Any] | None = None
     netdoctor_version: str = ""
     snapshot: str | None = None
+    captured_at: str | None = None           # a snapshot's own capture time (snapshot.json)
+    required_not_run: tuple[str, ...] = ()   # checks the pack requires that --only/--skip left out
 
     SCHEMA = "netdoctor.report/1"
 
@@ -134,4 +141,8 @@ class Report:
             data["probe"] = self.probe
         if self.snapshot:
             data["snapshot"] = self.snapshot
+        if self.captured_at:
+            data["snapshot_captured_at"] = self.captured_at
+        if self.required_not_run:
+            data["required_not_run"] = list(self.required_not_run)
         return data

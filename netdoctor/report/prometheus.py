@@ -26,14 +26,17 @@ shadow findings fold separately under `shadow="true"`, since they are not graded
 from __future__ import annotations
 
 from netdoctor.report.model import STATUS_SEVERITY, Report, Status
+from netdoctor.textsafe import safe_text
 from netdoctor.util import parse_iso_utc
 
 STATUS_VALUE = {Status.PASS: 0, Status.WARN: 1, Status.FAIL: 2, Status.UNKNOWN: 3, Status.SKIP: -1}
 
 
 def escape_label_value(value: str) -> str:
-    """Escape per the exposition format: backslash, double quote and line feed."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """Escape per the exposition format (backslash, double quote, line feed as `\\n`); other
+    control characters from the node are spelled out first (netdoctor.textsafe), since a
+    label value is shown on dashboards and terminals."""
+    return "\\n".join(safe_text(line).replace("\\", "\\\\").replace('"', '\\"') for line in value.split("\n"))
 
 
 def _labels(**labels: str) -> str:

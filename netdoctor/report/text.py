@@ -1,15 +1,24 @@
-"""`--format text`: a compact table for a human at a terminal.
+"""`--format text`: a compact report a person on call reads in ten seconds.
 
-Grade first; then every fail, unknown and warn finding (status, check, subject,
-summary, remedy); then one line per check with its status and counts, e.g.
-`link-speed        fail     1 fail, 7 pass` (a wholly skipped check shows its reason).
+Grade first (with the snapshot's capture time, and any required check left out by
+`--only`/`--skip`); then the fail, unknown and warn findings, where findings that say the
+same thing about like subjects share one line (`mtu  mlx5_[0,3-6]:1  IB active MTU is
+2048, expected 4096`) and one remedy; then one line per check with its status and
+counts, e.g. `link-speed  fail  1 fail, 7 pass` (a wholly skipped check shows its
+reason). Lines are wrapped to the terminal. Everything that came from the node is
+escaped (netdoctor.textsafe). The JSON report keeps one finding per subject.
 """
 
 from __future__ import annotations
 
+import re
+import shutil
+import textwrap
 from collections import Counter
+from dataclasses import dataclass, field
 
-from netdoctor.report.model import STATUS_SEVERITY, Grade, Report, Status
+from netdoctor.report.model import STATUS_SEVERITY, Finding, Grade, Report, Status
+from netdoctor.textsafe import safe_text
 
 _COLORS = {
     "pass": "\033[32m",      # green
@@ -20,6 +29,14 @@ _COLORS = {
 }
 _RESET = "\033[0m"
 _COUNT_ORDER = (Status.FAIL, Status.UNKNOWN, Status.WARN, Status.PASS, Status.SKIP)
+DEFAULT_WIDTH = 100        # when the output is no terminal
+MIN_WIDTH = 40
+_STATUS_WIDTH = 7
+_INDENT = " " * (_STATUS_WIDTH + 2)
+_SUBJECT_COLUMN_MAX = 24   # a longer subject (a folded list) does not push every summary right
+# Placeholders for a group's subjects inside its shared summary/remedy text.
+_SUBJECT, _DEVICE = "\x00subject\x00", "\x00device\x00"
+_NUMBER = re.compile(r"(\d+)")
 
 
 def _paint(text: str, status: str, color: bool, width: int = 0) -> str:
@@ -27,30 +44,161 @@ def _paint(text: str, status: str, color: bool, width: int = 0) -> str:
     return f"{_COLORS[status]}{padded}{_RESET}" if color and status in _COLORS else padded
 
 
-def render_text(report: Report, *, color: bool = False) -> str:
+def terminal_width() -> int:
+    """$COLUMNS or the terminal's width; DEFAULT_WIDTH when the output is no terminal."""
+    return max(MIN_WIDTH, shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns)
+
+
+# -- folding subjects ------------------------------------------------------------------
+def _ranges(numbers: list[str]) -> str:
+    """["0", "3", "4", "5", "9"] -> "0,3-5,9" (zero-padded numbers fold only with their own width)."""
+    values = sorted(set(numbers), key=lambda text: (int(text), len(text)))
+    parts: list[str] = []
+    start = previous = values[0]
+    for value in values[1:]:
+        padded = len(value) > 1 and value.startswith("0")
+        if int(value) == int(previous) + 1 and (len(value) == len(previous) or not padded):
+            previous = value
+            continue
+        parts.append(start if start == previous else f"{start}-{previous}")
+        start = previous = value
+    parts.append(start if start == previous else f"{start}-{previous}")
+    return ",".join(parts)
+
+
+def fold_subjects(subjects: list[str]) -> list[str]:
+    """Subjects that differ only in one number fold into ClusterShell-like ranges:
+    mlx5_0:1, mlx5_1:1, mlx5_3:1 -> mlx5_[0-1,3]:1; GPU0..GPU7 -> GPU[0-7]. Order kept."""
+    shapes: dict[tuple[str, ...], list[list[str]]] = {}
+    for subject in dict.fromkeys(subjects):
+        pieces = _NUMBER.split(subject)
+        shapes.setdefault(tuple(pieces[0::2]), []).append(pieces)
+    folded: list[str] = []
+    for members in shapes.values():
+        folded += _fold_shape(members)
+    return folded
+
+
+def _fold_shape(members: list[list[str]]) -> list[str]:
+    """Subjects of one shape (same text between their numbers): fold on the number whose
+    ranges leave the fewest lines (the later one on a tie), grouping by the others."""
+    varying = [index for index in range(1, len(members[0]), 2) if len({pieces[index] for pieces in members}) > 1]
+    if not varying:
+        return ["".join(members[0])]
+
+    def groups_at(position: int) -> dict[tuple[str, ...], list[list[str]]]:
+        groups: dict[tuple[str, ...], list[list[str]]] = {}
+        for pieces in members:
+            groups.setdefault(tuple(pieces[:position] + pieces[position + 1:]), []).append(pieces)
+        return groups
+
+    position = min(reversed(varying), key=lambda index: len(groups_at(index)))
+    folded = []
+    for group in groups_at(position).values():
+        numbers = [pieces[position] for pieces in group]
+        shown = numbers[0] if len(set(numbers)) == 1 else f"[{_ranges(numbers)}]"
+        folded.append("".join(group[0][:position]) + shown + "".join(group[0][position + 1:]))
+    return folded
+
+
+# -- grouping findings -----------------------------------------------------------------
+def _template(text: str, subject: str) -> str:
+    """`text` with the subject (and a port's device, `mlx5_3` of `mlx5_3:1`) factored out."""
+    if not text or not subject or subject == "node":
+        return text
+    text = re.sub(rf"(?<![\w.:-]){re.escape(subject)}(?![\w.:-])", _SUBJECT, text)
+    device = subject.partition(":")[0]
+    if device != subject:
+        text = re.sub(rf"(?<![\w.:-]){re.escape(device)}(?![\w.-])", _DEVICE, text)
+    return text
+
+
+@dataclass
+class _Group:
+    status: Status
+    check: str
+    summary: str
+    remedy: str
+    shadow: bool
+    internal: bool
+    findings: list[Finding] = field(default_factory=list)
+
+    def subject(self) -> str:
+        return ", ".join(fold_subjects([finding.subject for finding in self.findings]))
+
+    def fill(self, template: str) -> str:
+        """A shared text for the group; one subject's own text when it is alone."""
+        if len(self.findings) == 1:
+            only = self.findings[0]
+            return template.replace(_SUBJECT, only.subject).replace(_DEVICE, only.subject.partition(":")[0])
+        devices = fold_subjects([finding.subject.partition(":")[0] for finding in self.findings])
+        return template.replace(_SUBJECT, self.subject()).replace(_DEVICE, ", ".join(devices))
+
+
+def group_findings(findings: list[Finding]) -> list[_Group]:
+    """Fail, unknown and warn findings, worst first, grouped by what they say: same check,
+    status, summary and remedy once the subject is factored out. Check order is kept."""
+    notable = [finding for finding in findings if finding.status not in (Status.PASS, Status.SKIP)]
+    notable.sort(key=lambda finding: -STATUS_SEVERITY[finding.status])  # stable: check order kept
+    groups: dict[tuple[object, ...], _Group] = {}
+    for finding in notable:
+        summary = _template(finding.summary, finding.subject)
+        remedy = _template(finding.remedy or "", finding.subject)
+        key = (finding.check, finding.status, summary, remedy, finding.shadow, finding.internal)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _Group(finding.status, finding.check, summary, remedy, finding.shadow, finding.internal)
+        group.findings.append(finding)
+    return list(groups.values())
+
+
+# -- rendering -------------------------------------------------------------------------
+def _wrapped(text: str, width: int, first: str, rest: str) -> list[str]:
+    return textwrap.wrap(text, width=width, initial_indent=first, subsequent_indent=rest,
+                         break_on_hyphens=False, break_long_words=True) or [first.rstrip()]
+
+
+def _header(report: Report, color: bool, width: int) -> list[str]:
+    """`host: GRADE   rules NAME   0.41 s   run time`, then the snapshot and its capture time.
+    A required check that --only/--skip left out is named on the grade line: a pass
+    without it is not the pack's pass."""
+    grade = str(report.grade)
+    graded = f"{safe_text(report.host)}: {grade.upper()}"
+    head = graded
+    if report.required_not_run:
+        head += f" (required check not run: {', '.join(map(safe_text, report.required_not_run))})"
+    lines = _wrapped(f"{head}   rules {safe_text(report.rules)}   {report.duration_s:.2f} s   {report.started_at}",
+                     width, "", "  ")
+    if lines[0].startswith(graded):   # a host name too long for one line is wrapped, and shown uncolored
+        lines[0] = graded[:-len(grade)] + _paint(grade.upper(), grade, color) + lines[0][len(graded):]
+    if report.snapshot:
+        captured = f"   captured {safe_text(report.captured_at)}" if report.captured_at else ""
+        lines += _wrapped(f"snapshot: {safe_text(report.snapshot)}{captured}", width, "", "  ")
+    return lines
+
+
+def render_text(report: Report, *, color: bool = False, width: int | None = None) -> str:
     from netdoctor.report.render import probe_busbw
 
-    lines: list[str] = []
-    grade = str(report.grade)
-    head = f"{report.host}: {_paint(grade.upper(), grade, color)}"
-    lines.append(f"{head}   rules {report.rules}   {report.duration_s:.2f} s   {report.started_at}")
-    if report.snapshot:
-        lines.append(f"snapshot: {report.snapshot}")
+    width = terminal_width() if width is None else max(MIN_WIDTH, width)
+    lines = _header(report, color, width)
 
-    # Skips are not problems: their reason goes on the check's own line below.
-    notable = [finding for finding in report.findings if finding.status not in (Status.PASS, Status.SKIP)]
-    notable.sort(key=lambda finding: -STATUS_SEVERITY[finding.status])  # stable: check order kept
-    if notable:
-        check_width = max(len(finding.check) for finding in notable)
-        subject_width = max(len(finding.subject) for finding in notable)
+    groups = group_findings(report.findings)
+    if groups:
+        check_width = max(len(safe_text(group.check)) for group in groups)
+        subject_width = min(_SUBJECT_COLUMN_MAX, max(len(safe_text(group.subject())) for group in groups))
         lines.append("")
-        for finding in notable:
-            status = str(finding.status)
-            shadow = " (shadow)" if finding.shadow else ""
-            lines.append(f"{_paint(status, status, color, 7)}  {finding.check.ljust(check_width)}  "
-                         f"{finding.subject.ljust(subject_width)}  {finding.summary}{shadow}")
-            if finding.remedy:
-                lines.append(f"{' ' * (7 + 2 + check_width + 2 + subject_width + 2)}remedy: {finding.remedy}")
+        for group in groups:
+            status = str(group.status)
+            notes = " (shadow)" * group.shadow + " (netdoctor internal error)" * group.internal
+            subject = safe_text(group.subject())
+            prefix = f"{status.ljust(_STATUS_WIDTH)}  {safe_text(group.check).ljust(check_width)}  "
+            text = f"{subject.ljust(subject_width)}  {safe_text(group.fill(group.summary))}{notes}"
+            block = _wrapped(text, width, prefix, _INDENT + "  ")
+            block[0] = _paint(status, status, color, _STATUS_WIDTH) + block[0][_STATUS_WIDTH:]
+            lines += block
+            if group.remedy:
+                lines += _wrapped(f"remedy: {safe_text(group.fill(group.remedy))}", width, _INDENT, _INDENT + "  ")
 
     if report.checks:
         counts: dict[str, Counter[Status]] = {}
@@ -59,17 +207,20 @@ def render_text(report: Report, *, color: bool = False) -> str:
             counts.setdefault(finding.check, Counter())[finding.status] += 1
             if finding.status is Status.SKIP:
                 skip_reason[finding.check] = finding.summary
-        id_width = max(len(outcome.check) for outcome in report.checks)
+        id_width = max(len(safe_text(outcome.check)) for outcome in report.checks)
         lines.append("")
         for outcome in report.checks:
             status = str(outcome.status)
             tally = counts.get(outcome.check, Counter())
             if outcome.status is Status.SKIP and sum(tally.values()) == 1 and skip_reason.get(outcome.check):
-                text = skip_reason[outcome.check]
+                text = safe_text(skip_reason[outcome.check])
             else:
                 text = ", ".join(f"{tally[key]} {key}" for key in _COUNT_ORDER if tally[key])
             required = "  (required)" if outcome.required and outcome.status is Status.UNKNOWN else ""
-            lines.append(f"{outcome.check.ljust(id_width)}  {_paint(status, status, color, 7)}  {text}{required}")
+            prefix = f"{safe_text(outcome.check).ljust(id_width)}  {status.ljust(_STATUS_WIDTH)}  "
+            block = _wrapped(text + required, width, prefix, " " * len(prefix))
+            block[0] = block[0][:id_width + 2] + _paint(status, status, color, _STATUS_WIDTH) + block[0][id_width + 2 + _STATUS_WIDTH:]
+            lines += block
 
     busbw = probe_busbw(report.probe)
     if busbw is not None:

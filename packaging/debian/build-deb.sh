@@ -25,6 +25,9 @@ WRAP
 chmod 755 "$ROOT/usr/bin/netdoctor"
 install -m 755 "$REPO"/packaging/slurm/netdoctor-{slurm-hook,prolog,healthcheck} "$ROOT/usr/libexec/netdoctor/"
 install -m 644 "$REPO"/packaging/systemd/netdoctor.{service,timer} "$ROOT/usr/lib/systemd/system/"
+# The opt-in device hardening: an example, copied to /etc/systemd/system/netdoctor.service.d/ by hand.
+install -D -m 644 "$REPO/packaging/systemd/netdoctor.service.d/strict.conf" \
+  "$ROOT/usr/share/netdoctor/systemd/netdoctor.service.d/strict.conf"
 # The packaged policy points the hooks at the packaged command.
 sed 's|^NETDOCTOR=netdoctor$|NETDOCTOR=/usr/bin/netdoctor|' "$REPO/packaging/slurm/slurm.conf.example" > "$ROOT/etc/netdoctor/slurm.conf"
 chmod 644 "$ROOT/etc/netdoctor/slurm.conf"
