@@ -32,6 +32,8 @@ from netdoctor.util import utc_now_iso
 log = structlog.get_logger(__name__)
 
 DEFAULT_STATE_PATH = Path("/var/lib/netdoctor/state.json")
+# The id of the finding that says why a run has no counter history (not a check: no pack requires it).
+COUNTER_HISTORY = "counter-history"
 # Hidden, for tests and benchmarks only: judge a copied /sys tree (a fixture's sys/) as if
 # it were this node's, with whatever tools are on PATH. Not for operators: a live run
 # against a foreign tree mixes that tree with this node's NVML and hostname.
@@ -179,17 +181,17 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         from netdoctor.checks.rules import load_rules
 
         pack = load_rules(options.rules, inventory, env=environment)
-        history = None
+        history, history_notes = None, []
         if any("counters" in check.needs for check in selected):
-            history = counter_history(options, inventory, environment, is_snapshot=node.is_snapshot,
-                                      deadline=discovery_deadline)
+            history, history_notes = counter_history(options, inventory, environment, is_snapshot=node.is_snapshot,
+                                                     deadline=discovery_deadline)
         probe_for_checks, probe_report = _probe(options, inventory, wants_probe, deadline - reserve_s,
                                                 is_snapshot=node.is_snapshot,
                                                 pass_fraction=float(pack.section("nccl-probe")["pass_fraction"]))
         findings, outcomes = run_checks(inventory, pack, registry, only=options.only, skip=options.skip,
                                         history=history, probe=probe_for_checks,
                                         deadline=deadline - reserve_s / 2, debug=options.debug)
-    findings = registry.problem_findings() + findings
+    findings = registry.problem_findings() + history_notes + findings
     return Report(
         host=inventory.host,
         grade=grade_of(findings, pack.required),
@@ -215,33 +217,36 @@ def _undiscovered_report(host: str, started_at: str, start: float, options: Chec
 
 
 def counter_history(options: CheckOptions, inventory: Inventory, env: Mapping[str, str], *,
-                    is_snapshot: bool, deadline: float | None = None) -> CounterHistory | None:
+                    is_snapshot: bool, deadline: float | None = None) -> tuple[CounterHistory | None, list[Finding]]:
     """Earlier counters: from `--baseline`, else from the state file (exchanged: read + written).
 
     Live runs use --state, $NETDOCTOR_STATE or /var/lib/netdoctor/state.json; snapshot runs
     touch a state file only when --state names one. A state file that cannot be written
-    (non-root, read-only /var) costs the growth judgement, never the run.
+    (non-root, read-only /var) costs the growth judgement, never the run. A history lost
+    for a reason the operator must see (a reset file, a lock held past `deadline`, a
+    refused path) comes back as a COUNTER_HISTORY finding: `unknown`, which no pack
+    requires, so it never grades the node by itself.
     """
-    from netdoctor.checks.state import exchange_counters, history_from_baseline
+    from netdoctor.checks.history import history_from_baseline, history_from_entries, with_reading
+    from netdoctor.host.state_store import exchange_entries
 
     if options.baseline is not None:
         with open_source(options.baseline) as baseline_source:
             from netdoctor.inventory.build import build_inventory
 
             baseline = build_inventory(baseline_source, deadline=deadline)
-        return history_from_baseline(baseline, inventory)
+        return history_from_baseline(baseline, inventory), []
     path = options.state
     if path is None and not is_snapshot:
         path = Path(env.get("NETDOCTOR_STATE") or DEFAULT_STATE_PATH)
     if path is None:
-        return None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return exchange_counters(path, inventory)
-    except OSError as error:
-        log.warning("counter state not usable; no growth judgement this run", path=str(path),
-                    error=error.strerror or str(error))
-        return None
+        return None, []
+    stored = exchange_entries(path, lambda entries: with_reading(entries, inventory), deadline=deadline)
+    history = history_from_entries(stored.entries, inventory)
+    if stored.problem is None or history is not None:
+        return history, []
+    return None, [Finding(COUNTER_HISTORY, Status.UNKNOWN, "node", f"{stored.problem}; counter growth not judged",
+                          evidence={"state": str(path)})]
 
 
 def _probe(options: CheckOptions, inventory: Inventory, wants_probe: bool, deadline: float, *,

@@ -18,7 +18,7 @@ from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.checks.rules import PortClass, classified_ports, unavailable_reason, virtual_function_note
 from netdoctor.inventory.model import Hca, LinkLayer, Port
 
-HW_PREFIX = "hw_counters/"   # how netdoctor.checks.state keys hw counters in the history
+HW_PREFIX = "hw_counters/"   # how netdoctor.checks.history keys hw counters in the history
 PHYSICAL_REMEDY = ("physical-layer errors: reseat or replace the cable/transceiver, check `mlxlink -d {hca} -m` "
                    "(BER, FEC, eye), and the switch port's counters")
 
