@@ -224,7 +224,7 @@ def counter_history(options: CheckOptions, inventory: Inventory, env: Mapping[st
     touch a state file only when --state names one. A state file that cannot be written
     (non-root, read-only /var) costs the growth judgement, never the run. A history lost
     for a reason the operator must see (a reset file, a lock held past `deadline`, a
-    refused path) comes back as a COUNTER_HISTORY finding: `unknown`, which no pack
+    refused path, an unusable baseline) comes back as a COUNTER_HISTORY finding: `unknown`, which no pack
     requires, so it never grades the node by itself.
     """
     from netdoctor.checks.history import history_from_baseline, history_from_entries, with_reading
@@ -235,7 +235,11 @@ def counter_history(options: CheckOptions, inventory: Inventory, env: Mapping[st
             from netdoctor.inventory.build import build_inventory
 
             baseline = build_inventory(baseline_source, deadline=deadline)
-        return history_from_baseline(baseline, inventory), []
+        history, why_not = history_from_baseline(baseline, inventory)
+        if history is None:
+            log.warning("baseline ignored", baseline=str(options.baseline), reason=why_not)
+            return None, [_history_note(f"baseline {options.baseline} not used: {why_not}", options.baseline)]
+        return history, []
     path = options.state
     if path is None and not is_snapshot:
         path = Path(env.get("NETDOCTOR_STATE") or DEFAULT_STATE_PATH)
@@ -245,8 +249,12 @@ def counter_history(options: CheckOptions, inventory: Inventory, env: Mapping[st
     history = history_from_entries(stored.entries, inventory)
     if stored.problem is None or history is not None:
         return history, []
-    return None, [Finding(COUNTER_HISTORY, Status.UNKNOWN, "node", f"{stored.problem}; counter growth not judged",
-                          evidence={"state": str(path)})]
+    return None, [_history_note(stored.problem, path)]
+
+
+def _history_note(why: str, source: Path) -> Finding:
+    return Finding(COUNTER_HISTORY, Status.UNKNOWN, "node", f"{why}; counter growth not judged",
+                   evidence={"history_source": str(source)})
 
 
 def _probe(options: CheckOptions, inventory: Inventory, wants_probe: bool, deadline: float, *,

@@ -161,7 +161,7 @@ def test_concurrent_exchanges_lose_no_update(tmp_path: Path) -> None:
 def test_baseline_of_the_same_boot_gives_history() -> None:
     baseline = dgx_h100()
     current = later(baseline, "2026-11-21T22:50:00Z", symbol_error=5000)
-    history = history_from_baseline(baseline, current)
+    history, _ = history_from_baseline(baseline, current)
     assert history is not None
     assert history.source == "baseline"
     assert history.elapsed_s == 600.0
@@ -172,9 +172,12 @@ def test_baseline_of_another_boot_host_or_a_later_time_gives_none() -> None:
     baseline = dgx_h100()
     rebooted = later(baseline, "2026-11-21T22:50:00Z")
     rebooted.boot_id = "another-boot"
-    assert history_from_baseline(baseline, rebooted) is None
-    assert history_from_baseline(dgx_h100(host="node018"), later(baseline, "2026-11-21T22:50:00Z")) is None
-    assert history_from_baseline(later(baseline, "2026-11-21T22:50:00Z"), baseline) is None
+    assert history_from_baseline(baseline, rebooted) == (None, "different boot (" + baseline.boot_id
+                                                         + " -> another-boot): counters were reset")
+    assert history_from_baseline(dgx_h100(host="node018"), later(baseline, "2026-11-21T22:50:00Z")) == (
+        None, "it is of host 'node018', not 'node017'")
+    history, why_not = history_from_baseline(later(baseline, "2026-11-21T22:50:00Z"), baseline)
+    assert history is None and "is not older" in why_not
 
 
 def test_baselines_without_boot_ids_are_accepted() -> None:
@@ -182,7 +185,7 @@ def test_baselines_without_boot_ids_are_accepted() -> None:
     baseline.boot_id = None
     current = later(baseline, "2026-11-21T23:10:00+00:00")
     current.boot_id = None
-    history = history_from_baseline(baseline, current)
+    history, _ = history_from_baseline(baseline, current)
     assert history is not None and history.elapsed_s == 1800.0
 
 
@@ -267,3 +270,11 @@ def test_deeply_nested_unclosed_state_is_reset(tmp_path: Path) -> None:
     path.write_text('{"format": "netdoctor.state/1", "entries": ' + "[" * 100_000)
     history, [note] = _history_through_the_run(path, dgx_h100())
     assert history is None and "nested more than" in note.summary
+
+
+def test_a_baseline_of_another_host_is_said_in_the_report() -> None:
+    snapshot = Path(__file__).parent / "fixtures" / "nodes" / "dgx-h100"    # host dgx-h100, not node017
+    history, [note] = counter_history(CheckOptions(baseline=snapshot), dgx_h100(), {}, is_snapshot=True,
+                                      deadline=time.monotonic() + 30)
+    assert history is None and note.check == "counter-history" and note.status is Status.UNKNOWN
+    assert f"baseline {snapshot} not used: it is of host 'dgx-h100', not 'node017'" in note.summary

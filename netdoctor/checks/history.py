@@ -59,26 +59,24 @@ def _same_boot(previous_boot: str | None, current_boot: str | None) -> tuple[boo
     return True, "same boot"
 
 
-def _history_from_entry(entry: Entry, inventory: Inventory, source: str) -> CounterHistory | None:
+def _history_from_entry(entry: Entry, inventory: Inventory, source: str) -> tuple[CounterHistory | None, str]:
+    """(the history an entry gives, "") or (None, why it gives none)."""
     taken_at = entry.get("captured_at")
     elapsed = elapsed_seconds(taken_at, inventory.captured_at) if isinstance(taken_at, str) else None
     if elapsed is None:
-        log.warning("counter history ignored", reason=f"unreadable timestamps {taken_at!r} / {inventory.captured_at!r}")
-        return None
+        return None, f"unreadable timestamps {taken_at!r} / {inventory.captured_at!r}"
     if elapsed <= 0:
-        log.warning("counter history ignored", reason=f"previous reading is not older ({elapsed:.0f} s)",
-                    previous=taken_at, current=inventory.captured_at)
-        return None
+        return None, f"the earlier reading ({taken_at}) is not older than this one ({inventory.captured_at})"
     ports = entry.get("ports")
     if not isinstance(ports, dict):
-        return None
+        return None, "the earlier reading has no ports"
     clean: dict[str, dict[str, int | None]] = {}
     for port_name, values in ports.items():
         if not isinstance(values, dict):
             continue
         clean[str(port_name)] = {str(name): value if isinstance(value, int) and not isinstance(value, bool) else None
                                  for name, value in values.items()}
-    return CounterHistory(taken_at=taken_at, elapsed_s=elapsed, ports=clean, source=source)
+    return CounterHistory(taken_at=taken_at, elapsed_s=elapsed, ports=clean, source=source), ""
 
 
 def _find_entry(entries: list[Entry], inventory: Inventory) -> tuple[Entry | None, str]:
@@ -97,10 +95,12 @@ def _find_entry(entries: list[Entry], inventory: Inventory) -> tuple[Entry | Non
 def history_from_entries(entries: list[Entry], inventory: Inventory) -> CounterHistory | None:
     """The previous reading of this inventory's host and boot among stored entries."""
     entry, reason = _find_entry(entries, inventory)
-    if entry is None:
+    history = None
+    if entry is not None:
+        history, reason = _history_from_entry(entry, inventory, "state")
+    if history is None:
         log.info("no counter history", reason=reason)
-        return None
-    return _history_from_entry(entry, inventory, "state")
+    return history
 
 
 def with_reading(entries: list[Entry], inventory: Inventory) -> list[Entry]:
@@ -130,14 +130,12 @@ def bounded(entries: list[Entry]) -> list[Entry]:
     return kept[:MAX_ENTRIES]
 
 
-def history_from_baseline(baseline: Inventory, current: Inventory) -> CounterHistory | None:
-    """Counter history from an earlier snapshot of the same node (`--baseline`)."""
+def history_from_baseline(baseline: Inventory, current: Inventory) -> tuple[CounterHistory | None, str]:
+    """Counter history from an earlier snapshot of the same node (`--baseline`), or (None, why not)."""
     if baseline.host != current.host:
-        log.warning("baseline ignored", reason=f"baseline is of host {baseline.host!r}, not {current.host!r}")
-        return None
+        return None, f"it is of host {baseline.host!r}, not {current.host!r}"
     same, reason = _same_boot(baseline.boot_id, current.boot_id)
     if not same:
-        log.warning("baseline ignored", reason=reason)
-        return None
+        return None, reason
     entry = {"captured_at": baseline.captured_at, "ports": counter_readings(baseline)}
     return _history_from_entry(entry, current, "baseline")
