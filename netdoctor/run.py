@@ -32,7 +32,7 @@ from netdoctor.util import utc_now_iso
 log = structlog.get_logger(__name__)
 
 DEFAULT_STATE_PATH = Path("/var/lib/netdoctor/state.json")
-# The id of the finding that says why a run has no counter history (not a check: no pack requires it).
+# The id of the finding that says why a run has no counter history (not a check, like `plugins`).
 COUNTER_HISTORY = "counter-history"
 # Hidden, for tests and benchmarks only: judge a copied /sys tree (a fixture's sys/) as if
 # it were this node's, with whatever tools are on PATH. Not for operators: a live run
@@ -224,8 +224,8 @@ def counter_history(options: CheckOptions, inventory: Inventory, env: Mapping[st
     touch a state file only when --state names one. A state file that cannot be written
     (non-root, read-only /var) costs the growth judgement, never the run. A history lost
     for a reason the operator must see (a reset file, a lock held past `deadline`, a
-    refused path, an unusable baseline) comes back as a COUNTER_HISTORY finding: `unknown`, which no pack
-    requires, so it never grades the node by itself.
+    refused path, an unusable baseline) comes back as a COUNTER_HISTORY finding: `unknown`,
+    which grades the node only where a pack makes it required (as `plugins`).
     """
     from netdoctor.checks.history import history_from_baseline, history_from_entries, with_reading
     from netdoctor.host.state_store import exchange_entries
