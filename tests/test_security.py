@@ -636,3 +636,17 @@ def test_capture_archive_through_a_planted_link_is_refused(tmp_path: Path) -> No
         write_snapshot(Recording(), link, host="n", captured_at="2026-11-21T22:40:00Z", boot_id=None, version="0")
     assert theirs.read_text() == "keep"
     assert sorted(path.name for path in shared.iterdir()) == ["capture.tar.gz", "theirs.tar.gz"]
+
+
+def test_dev_stdout_redirected_to_a_file_is_written_through_not_replaced(tmp_path: Path) -> None:
+    # /dev/stdout then reaches a regular file; replacing "it" would put a file in /dev in
+    # place of the link (for every process on the machine).
+    log = tmp_path / "log"
+    log.write_text("earlier line\n")
+    with log.open("a") as appended:
+        done = subprocess.run([*CLI, "check", "--no-probe", "--snapshot", str(FIXTURE), "--format", "json",
+                               "-o", "/dev/stdout"], stdout=appended, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert os.path.islink("/dev/stdout")
+    first, report = log.read_text().split("\n", 1)
+    assert first == "earlier line" and json.loads(report)["grade"] == "pass"

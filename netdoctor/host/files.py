@@ -101,9 +101,10 @@ def atomic_write(path: Path | str, data: bytes | str, mode: int = 0o644, *, dead
     target = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     reached = inspect_target(target)
-    if reached is not None and not stat.S_ISREG(reached.st_mode):
+    if reached is not None and (not stat.S_ISREG(reached.st_mode) or _names_a_descriptor(target)):
         wait_until = time.monotonic() + DEFAULT_WAIT_S if deadline is None else deadline
-        write_through(target, payload, max(wait_until, time.monotonic() + MINIMUM_WAIT_S))
+        write_through(target, payload, max(wait_until, time.monotonic() + MINIMUM_WAIT_S),
+                      regular=stat.S_ISREG(reached.st_mode))
         return
     with replacement(target, mode) as handle:
         handle.write(payload)
@@ -118,6 +119,8 @@ def replacement(path: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
     removed and the old file stays.
     """
     inspect_target(path)
+    if os.path.lexists(path) and _names_a_descriptor(path):
+        raise UnsafePath(path, "the name of an open descriptor; it is written through or not at all, never replaced")
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(descriptor, "wb") as handle:
@@ -132,12 +135,24 @@ def replacement(path: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
         raise
 
 
-def write_through(path: Path, payload: bytes, wait_until: float) -> None:
-    """Write to a FIFO or character device without ever blocking past `wait_until`."""
-    descriptor = _open_nonblocking(path, os.O_WRONLY, wait_until)
+def _names_a_descriptor(path: Path) -> bool:
+    """`/dev/stdout`, `/dev/fd/1`, `/proc/self/fd/1`: names of an open descriptor, whatever it is.
+
+    Written through even when the descriptor is a regular file (`-o /dev/stdout >> file`),
+    appended as the shell opened it: replacing the name would put a file in /dev in place
+    of the link.
+    """
+    parent = os.path.realpath(path.parent)
+    return parent == "/dev" and stat.S_ISLNK(os.lstat(path).st_mode) or parent.startswith("/proc/")
+
+
+def write_through(path: Path, payload: bytes, wait_until: float, *, regular: bool = False) -> None:
+    """Write to a FIFO or character device (a regular file only where `regular`: a descriptor's
+    name) without ever blocking past `wait_until`."""
+    descriptor = _open_nonblocking(path, os.O_WRONLY | (os.O_APPEND if regular else 0), wait_until)
     try:
         reached = os.fstat(descriptor)
-        if stat.S_ISREG(reached.st_mode) or stat.S_ISBLK(reached.st_mode):
+        if (stat.S_ISREG(reached.st_mode) and not regular) or stat.S_ISBLK(reached.st_mode):
             raise UnsafePath(path, f"became {_kind(reached.st_mode)} while it was opened; refusing to write")
         view = memoryview(payload)
         while view:
