@@ -9,6 +9,7 @@ import os
 import stat
 import threading
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -213,7 +214,14 @@ def test_oversized_state_is_reset_without_being_parsed(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
     padding = "x" * (MAX_STATE_BYTES + 1)
     path.write_text(json.dumps({"format": "netdoctor.state/1", "entries": [{"host": "node999", "pad": padding}]}))
-    history, [note] = _history_through_the_run(path, dgx_h100())
+    del padding
+    tracemalloc.start()
+    try:
+        history, [note] = _history_through_the_run(path, dgx_h100())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < MAX_STATE_BYTES // 4           # refused by its size, never read whole
     assert history is None and "bytes" in note.summary and "reset" in note.summary
     assert path.stat().st_size < 1 << 20
     assert [entry["host"] for entry in json.loads(path.read_text())["entries"]] == ["node017"]

@@ -46,7 +46,7 @@ LOCK_TIMEOUT_S = 10.0             # the most a run without a deadline waits for 
 _LOCK_POLL_S = 0.05
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _INNERMOST = re.compile(r"\{\}|\[\]")
-_NOT_BRACKET = str.maketrans("", "", "".join(chr(code) for code in range(128) if chr(code) not in "{}[]"))
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 Entries = list[dict[str, Any]]
 
@@ -74,11 +74,14 @@ def _too_deep(text: str, limit: int) -> bool:
     Strings are dropped, then everything but brackets; each regex pass removes the innermost
     level, so this costs `limit` linear passes whatever the file holds (no recursion).
     """
-    brackets = _STRING.sub("", text).translate(_NOT_BRACKET)
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
     for _ in range(limit):
         if not brackets:
             return False
-        brackets = _INNERMOST.sub("", brackets)
+        shallower = _INNERMOST.sub("", brackets)
+        if len(shallower) == len(brackets):
+            break
+        brackets = shallower
     # A pair left is deeper than `limit`; so is a long run of unclosed brackets, which the
     # parser would also descend into before it saw the file end.
     return _INNERMOST.search(brackets) is not None or len(brackets) > limit
