@@ -157,7 +157,7 @@ def exchange_entries(path: Path, update: Callable[[Entries], Entries], *, deadli
         wait_until = min(wait_until, deadline)
     lock_path = path.with_name(path.name + ".lock")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)   # never world-writable, whatever the umask
         reached = inspect_target(path)
         if reached is not None and not stat.S_ISREG(reached.st_mode):
             # /dev/null, a FIFO: reading could block and replacing would destroy it.
