@@ -111,10 +111,10 @@ def split_ids(values: Sequence[str] | None) -> tuple[str, ...]:
     return tuple(part.strip() for value in values or () for part in value.split(",") if part.strip())
 
 
-def _emit(text: str, output: Path | None) -> None:
+def _emit(text: str, output: Path | None, deadline: float | None = None) -> None:
     from netdoctor.report.render import emit
 
-    emit(text, output)
+    emit(text, output, deadline=deadline)
 
 
 # -- commands ----------------------------------------------------------------------------
@@ -138,13 +138,16 @@ def check(
 
     Exit code: 0 pass, 1 warn, 2 fail, 3 unknown.
     """
+    import time
+
     from netdoctor.report.render import render, use_color
-    from netdoctor.run import CheckOptions, run_check
+    from netdoctor.run import DEFAULT_DEADLINE_S, CheckOptions, run_check
 
     options = CheckOptions(snapshot=snapshot, rules=rules, only=split_ids(only), skip=split_ids(skip),
                            no_probe=no_probe, deadline_s=None if deadline is None else _positive_deadline(deadline, deadline),
                            state=state, baseline=baseline,
                            plugin_dirs=tuple(plugin_dir or ()), debug=debug, fabric_scan=fabric_scan)
+    started = time.monotonic()
     try:
         report = run_check(options)
     except Exception as error:
@@ -155,7 +158,8 @@ def check(
         _error_line(str(error) if isinstance(error, NetdoctorError) else f"internal error: {type(error).__name__}: {error}")
         report = _failed_run_report(options, error)
     color = output is None and output_format is ReportFormat.TEXT and use_color(sys.stdout)
-    _emit(render(report, output_format.value, color=color), output)
+    # A FIFO at -o is waited for only until the run's deadline.
+    _emit(render(report, output_format.value, color=color), output, started + (options.deadline_s or DEFAULT_DEADLINE_S))
     return report.grade.exit_code
 
 

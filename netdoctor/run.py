@@ -37,6 +37,8 @@ from netdoctor.util import utc_now_iso
 log = structlog.get_logger(__name__)
 
 DEFAULT_STATE_PATH = Path("/var/lib/netdoctor/state.json")
+# The id of the finding that says why a run has no counter history (not a check, like `plugins`).
+COUNTER_HISTORY = "counter-history"
 # Hidden, for tests and benchmarks only: judge a copied /sys tree (a fixture's sys/) as if
 # it were this node's, with whatever tools are on PATH. Not for operators: a live run
 # against a foreign tree mixes that tree with this node's NVML and hostname.
@@ -218,10 +220,10 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         from netdoctor.packs import load_rules
 
         pack = load_rules(options.rules, inventory, env=environment)
-        history = None
+        history, history_notes = None, []
         if any("counters" in check.needs for check in selected):
-            history = counter_history(options, inventory, environment, is_snapshot=node.is_snapshot,
-                                      deadline=discovery_deadline)
+            history, history_notes = counter_history(options, inventory, environment, is_snapshot=node.is_snapshot,
+                                                     deadline=discovery_deadline)
         probe_deadline = deadline - reserve_s
         if options.probe_budget_s is not None:
             probe_deadline = time.monotonic() + options.probe_budget_s
@@ -232,7 +234,7 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         findings, outcomes = run_checks(inventory, pack, registry, only=only, skip=options.skip,
                                         history=history, probe=probe_for_checks,
                                         deadline=deadline - reserve_s / 2, debug=options.debug)
-    findings = registry.problem_findings() + findings
+    findings = registry.problem_findings() + history_notes + findings
     # `netdoctor probe`: whatever the pack requires, the probe's `unknown` (nothing measured)
     # is the command's answer, exit 3, not a pass.
     required = pack.required | (frozenset(only) if options.probe_only else frozenset())
@@ -265,33 +267,44 @@ def _undiscovered_report(host: str, started_at: str, start: float, options: Chec
 
 
 def counter_history(options: CheckOptions, inventory: Inventory, env: Mapping[str, str], *,
-                    is_snapshot: bool, deadline: float | None = None) -> CounterHistory | None:
+                    is_snapshot: bool, deadline: float | None = None) -> tuple[CounterHistory | None, list[Finding]]:
     """Earlier counters: from `--baseline`, else from the state file (exchanged: read + written).
 
     Live runs use --state, $NETDOCTOR_STATE or /var/lib/netdoctor/state.json; snapshot runs
     touch a state file only when --state names one. A state file that cannot be written
-    (non-root, read-only /var) costs the growth judgement, never the run.
+    (non-root, read-only /var) costs the growth judgement, never the run. A history lost
+    for a reason the operator must see (a reset file, a lock held past `deadline`, a
+    refused path, an unusable baseline) comes back as a COUNTER_HISTORY finding: `unknown`,
+    which grades the node only where a pack makes it required (as `plugins`).
     """
-    from netdoctor.checks.state import exchange_counters, history_from_baseline
+    from netdoctor.checks.history import history_from_baseline, history_from_entries, with_reading
+    from netdoctor.host.state_store import exchange_entries
 
     if options.baseline is not None:
         with open_source(options.baseline) as baseline_source:
             from netdoctor.inventory.build import build_inventory
 
             baseline = build_inventory(baseline_source, deadline=deadline)
-        return history_from_baseline(baseline, inventory)
+        history, why_not = history_from_baseline(baseline, inventory)
+        if history is None:
+            log.warning("baseline ignored", baseline=str(options.baseline), reason=why_not)
+            return None, [_history_note(f"baseline {options.baseline} not used: {why_not}", options.baseline)]
+        return history, []
     path = options.state
     if path is None and not is_snapshot:
         path = Path(env.get("NETDOCTOR_STATE") or DEFAULT_STATE_PATH)
     if path is None:
-        return None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return exchange_counters(path, inventory)
-    except OSError as error:
-        log.warning("counter state not usable; no growth judgement this run", path=str(path),
-                    error=error.strerror or str(error))
-        return None
+        return None, []
+    stored = exchange_entries(path, lambda entries: with_reading(entries, inventory), deadline=deadline)
+    history = history_from_entries(stored.entries, inventory)
+    if stored.problem is None or history is not None:
+        return history, []
+    return None, [_history_note(stored.problem, path)]
+
+
+def _history_note(why: str, source: Path) -> Finding:
+    return Finding(COUNTER_HISTORY, Status.UNKNOWN, "node", f"{why}; counter growth not judged",
+                   evidence={"history_source": str(source)})
 
 
 def probe_checks(registry: Registry) -> tuple[str, ...]:

@@ -1,15 +1,11 @@
-"""Small helpers shared by every layer: atomic file writes, UTC timestamps, PCI addresses, imports."""
+"""Small helpers shared by every layer: UTC timestamps, PCI addresses, imports."""
 
 from __future__ import annotations
 
 import datetime as dt
 import importlib
-import os
 import re
-import stat
 import sys
-import tempfile
-from pathlib import Path
 from types import ModuleType
 
 # A PCI function address as sysfs spells it: domain:bus:device.function, lower-case hex.
@@ -51,41 +47,6 @@ def canonical_pci_address(text: str) -> str | None:
     if domain_number > 0xFFFF:
         return f"{domain_number:08x}:{rest}"
     return f"{domain_number:04x}:{rest}"
-
-
-def atomic_write(path: Path | str, data: bytes | str, mode: int = 0o644) -> None:
-    """Write `data` to `path` so readers see the old file or the whole new one, never a part.
-
-    The temporary file lives beside the target (same filesystem, so the rename is atomic)
-    and replaces it with os.replace, which swaps a symlink at `path` itself rather than
-    writing through it. A path that is not a regular file (`/dev/stdout`, a FIFO, a
-    device) is written through instead: replacing it would destroy it.
-    """
-    target = Path(path)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    try:
-        special = not stat.S_ISREG(os.stat(target).st_mode)   # follows links: /dev/stdout, a FIFO
-    except FileNotFoundError:
-        special = False
-    if special:
-        # A device, FIFO or terminal (`-o /dev/stdout`) is written to, never replaced.
-        with open(target, "wb") as handle:
-            handle.write(payload)
-        return
-    descriptor, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, mode)
-        os.replace(temporary, target)
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def import_without_rich(name: str) -> ModuleType:

@@ -19,7 +19,7 @@ from netdoctor.inventory.model import Hca, LinkLayer, Port
 from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
 from netdoctor.packs import PortClass
 
-HW_PREFIX = "hw_counters/"   # how netdoctor.checks.state keys hw counters in the history
+HW_PREFIX = "hw_counters/"   # how netdoctor.checks.history keys hw counters in the history
 PHYSICAL_REMEDY = ("physical-layer errors: reseat or replace the cable/transceiver, check `mlxlink -d {hca} -m` "
                    "(BER, FEC, eye), and the switch port's counters")
 

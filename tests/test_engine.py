@@ -412,7 +412,7 @@ def test_unwritable_state_does_not_break_the_run(tmp_path: Path) -> None:
     options = CheckOptions(rules="default", no_probe=True, state=blocker / "state.json")
     report = run_check(options, source=FakeSource(is_snapshot=False), registry=_counters_registry(), env={})
     assert [finding.check for finding in report.findings] == ["zz-counters"]
-    assert counter_history(options, Inventory("h", "2026-11-21T22:40:00Z"), {}, is_snapshot=False) is None
+    assert counter_history(options, Inventory("h", "2026-11-21T22:40:00Z"), {}, is_snapshot=False) == (None, [])
 
 
 def test_the_probe_command_is_this_pipeline_with_the_probe_checks_alone() -> None:

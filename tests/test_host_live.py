@@ -10,7 +10,8 @@ import pytest
 
 from netdoctor.host.live import LiveSource, read_boot_id
 from netdoctor.host.types import CommandSpec, CommandState
-from netdoctor.util import atomic_write, canonical_pci_address, parse_iso_utc, utc_now_iso
+from netdoctor.host.files import atomic_write
+from netdoctor.util import canonical_pci_address, parse_iso_utc, utc_now_iso
 
 FAKEBIN = Path(__file__).parent / "fakebin"
 

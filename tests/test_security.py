@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -440,7 +441,7 @@ def test_special_files_are_written_through_not_replaced(tmp_path: Path) -> None:
     import stat as stat_module
     import threading
 
-    from netdoctor.util import atomic_write
+    from netdoctor.host.files import atomic_write
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
@@ -482,3 +483,170 @@ def test_plugin_whose_import_hangs_costs_the_plugins_not_the_deadline(tmp_path: 
     [problem] = [finding for finding in report["findings"] if finding["check"] == "plugins"]
     assert problem["status"] == "unknown" and "did not finish loading" in problem["summary"]
     assert {finding["check"] for finding in report["findings"]} >= {"port-state", "link-speed"}
+
+
+# -- root writes: nothing another user plants can redirect -o, --state or capture -o ---------
+
+ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="simulates other users by chown: needs root")
+
+
+def _nobody() -> int:
+    import pwd
+
+    return pwd.getpwnam("nobody").pw_uid
+
+
+def _shared_directory(tmp_path: Path) -> Path:
+    """A /tmp-like directory: world-writable and sticky."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    return shared
+
+
+def _plant_link(shared: Path, name: str, target: Path) -> Path:
+    """A symbolic link `name` in `shared` that user nobody made, pointing at `target`."""
+    link = shared / name
+    link.symlink_to(target)
+    os.lchown(link, _nobody(), _nobody())
+    return link
+
+
+def _check_to(output: Path, *extra: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, "check", "--no-probe", "--snapshot", str(FIXTURE), "--format", "json",
+                           "-o", str(output), *extra], capture_output=True, text=True, timeout=timeout)
+
+
+def test_temporary_file_mode_is_set_on_its_descriptor_not_by_name(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # chmod by name lets another user swap the temporary name for a link between the write and
+    # the chmod, making root chmod a file of their choice; only fchmod on the descriptor is safe.
+    from netdoctor.host.files import atomic_write
+
+    def chmod_by_name(*args: object, **kwargs: object) -> None:
+        raise AssertionError("chmod by name")
+
+    monkeypatch.setattr(os, "chmod", chmod_by_name)
+    old_umask = os.umask(0o077)
+    try:
+        atomic_write(tmp_path / "report.prom", "netdoctor_grade 0\n", mode=0o644)
+    finally:
+        os.umask(old_umask)
+    assert (tmp_path / "report.prom").stat().st_mode & 0o777 == 0o644
+
+
+@ROOT_ONLY
+def test_planted_link_to_a_fifo_is_refused_without_hanging(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    link = _plant_link(_shared_directory(tmp_path), "report.json", fifo)
+    done = _check_to(link, "--deadline", "3")
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "cannot write" in done.stderr and "symbolic link to a FIFO" in done.stderr
+    assert link.is_symlink() and stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+@ROOT_ONLY
+def test_planted_link_to_a_block_device_is_refused(tmp_path: Path) -> None:
+    # A device number no driver serves (local/experimental major 240): the old code's write
+    # through would only get ENXIO, never touch a disk; the refusal must come first.
+    device = tmp_path / "disk"
+    os.mknod(device, 0o600 | stat.S_IFBLK, os.makedev(240, 0))
+    link = _plant_link(_shared_directory(tmp_path), "report.json", device)
+    done = _check_to(link)
+    assert done.returncode == 3 and "symbolic link to a block device" in done.stderr, done.stderr
+    assert stat.S_ISBLK(device.stat().st_mode)
+
+
+@ROOT_ONLY
+def test_planted_link_to_another_users_file_is_refused_and_the_file_kept(tmp_path: Path) -> None:
+    shared = _shared_directory(tmp_path)
+    theirs = shared / "theirs"
+    theirs.write_text("keep")
+    os.chown(theirs, _nobody(), _nobody())
+    link = _plant_link(shared, "report.json", theirs)
+    done = _check_to(link)
+    assert done.returncode == 3 and "symbolic link to a regular file of uid" in done.stderr, done.stderr
+    assert theirs.read_text() == "keep" and link.is_symlink()
+
+
+@ROOT_ONLY
+def test_another_users_fifo_in_a_shared_directory_is_refused(tmp_path: Path) -> None:
+    fifo = _shared_directory(tmp_path) / "report.json"
+    os.mkfifo(fifo)
+    os.chown(fifo, _nobody(), _nobody())
+    done = _check_to(fifo, "--deadline", "3")
+    assert done.returncode == 3 and "a FIFO of uid" in done.stderr, done.stderr
+
+
+@ROOT_ONLY
+def test_own_link_in_a_shared_directory_to_own_file_is_replaced_not_followed(tmp_path: Path) -> None:
+    shared = _shared_directory(tmp_path)
+    mine = tmp_path / "mine"
+    mine.write_text("keep")
+    link = shared / "report.json"
+    link.symlink_to(mine)
+    done = _check_to(link)
+    assert done.returncode == 0, done.stderr
+    assert mine.read_text() == "keep" and not link.is_symlink()
+    assert json.loads(link.read_text())["grade"] == "pass"
+
+
+def test_fifo_named_directly_without_a_reader_ends_by_the_deadline(tmp_path: Path) -> None:
+    fifo = tmp_path / "report.fifo"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    done = _check_to(fifo, "--deadline", "3")      # the old code blocked in open() forever
+    assert time.monotonic() - started < 3 + 30      # generous: only "ends", not "ends fast"
+    assert done.returncode == 3 and "cannot write" in done.stderr and "deadline" in done.stderr, done.stderr
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
+def test_dev_stdout_named_directly_is_written_through(tmp_path: Path) -> None:
+    done = _check_to(Path("/dev/stdout"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["grade"] == "pass"
+
+
+@ROOT_ONLY
+def test_planted_link_at_the_state_lock_creates_nothing(tmp_path: Path) -> None:
+    shared = _shared_directory(tmp_path)
+    elsewhere = tmp_path / "etc" / "created-by-root"
+    elsewhere.parent.mkdir()
+    _plant_link(shared, "state.json.lock", elsewhere)
+    done = subprocess.run([*CLI, "check", "--no-probe", "--snapshot", str(FIXTURE), "--format", "json",
+                           "--state", str(shared / "state.json")], capture_output=True, text=True, timeout=60)
+    assert not elsewhere.exists()
+    assert done.returncode == 0, done.stderr
+    [note] = [finding for finding in json.loads(done.stdout)["findings"] if finding["check"] == "counter-history"]
+    assert note["status"] == "unknown" and "symbolic link" in note["summary"]
+
+
+@ROOT_ONLY
+def test_capture_archive_through_a_planted_link_is_refused(tmp_path: Path) -> None:
+    from netdoctor.host.snapshot import Recording, write_snapshot
+    from netdoctor.errors import SnapshotError
+
+    shared = _shared_directory(tmp_path)
+    theirs = shared / "theirs.tar.gz"
+    theirs.write_text("keep")
+    os.chown(theirs, _nobody(), _nobody())
+    link = _plant_link(shared, "capture.tar.gz", theirs)
+    with pytest.raises(SnapshotError, match="symbolic link"):
+        write_snapshot(Recording(), link, host="n", captured_at="2026-11-21T22:40:00Z", boot_id=None, version="0")
+    assert theirs.read_text() == "keep"
+    assert sorted(path.name for path in shared.iterdir()) == ["capture.tar.gz", "theirs.tar.gz"]
+
+
+def test_dev_stdout_redirected_to_a_file_is_written_through_not_replaced(tmp_path: Path) -> None:
+    # /dev/stdout then reaches a regular file; replacing "it" would put a file in /dev in
+    # place of the link (for every process on the machine).
+    log = tmp_path / "log"
+    log.write_text("earlier line\n")
+    with log.open("a") as appended:
+        done = subprocess.run([*CLI, "check", "--no-probe", "--snapshot", str(FIXTURE), "--format", "json",
+                               "-o", "/dev/stdout"], stdout=appended, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert os.path.islink("/dev/stdout")
+    first, report = log.read_text().split("\n", 1)
+    assert first == "earlier line" and json.loads(report)["grade"] == "pass"

@@ -22,6 +22,7 @@ from typing import Any
 import structlog
 
 from netdoctor.errors import SnapshotError
+from netdoctor.host.files import replacement
 from netdoctor.host.netdevs import NetdevFacts, collect_netdevs
 from netdoctor.host.sysfs import Recording, RootedSysTree
 from netdoctor.host.types import CommandResult, CommandSpec, CommandState
@@ -409,7 +410,12 @@ def _write_directory(entries: list[tuple[str, str, bytes | str]], target: Path) 
                 with os.fdopen(descriptor, "wb") as handle:
                     handle.write(content if isinstance(content, bytes) else content.encode())
                     os.fchmod(handle.fileno(), 0o644)
-        os.chmod(staging, 0o755)
+        # On the descriptor: in a directory others can write, the name could be swapped for a link.
+        staging_descriptor = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(staging_descriptor, 0o755)
+        finally:
+            os.close(staging_descriptor)
         os.rename(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -419,32 +425,20 @@ def _write_directory(entries: list[tuple[str, str, bytes | str]], target: Path) 
 def _write_archive(entries: list[tuple[str, str, bytes | str]], target: Path, mtime: float) -> None:
     if target.is_dir() and not target.is_symlink():
         raise SnapshotError(f"cannot write snapshot {target}: a directory of that name exists")
-    descriptor, staging = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(descriptor, "wb") as handle:
-            with tarfile.open(fileobj=handle, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
-                for relative, kind, content in entries:
-                    info = tarfile.TarInfo(relative)
-                    info.mtime = int(mtime)
-                    info.uid = info.gid = 0
-                    info.uname = info.gname = ""
-                    if kind == "dir":
-                        info.type, info.mode = tarfile.DIRTYPE, 0o755
-                        tar.addfile(info)
-                    elif kind == "link":
-                        info.type, info.mode, info.linkname = tarfile.SYMTYPE, 0o777, str(content)
-                        tar.addfile(info)
-                    else:
-                        data = content if isinstance(content, bytes) else content.encode()
-                        info.mode, info.size = 0o644, len(data)
-                        tar.addfile(info, io.BytesIO(data))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(staging, 0o644)
-        os.replace(staging, target)
-    except BaseException:
-        try:
-            os.unlink(staging)
-        except FileNotFoundError:
-            pass
-        raise
+    with replacement(target, 0o644) as handle:
+        with tarfile.open(fileobj=handle, mode="w:gz", format=tarfile.PAX_FORMAT) as tar:
+            for relative, kind, content in entries:
+                info = tarfile.TarInfo(relative)
+                info.mtime = int(mtime)
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                if kind == "dir":
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    tar.addfile(info)
+                elif kind == "link":
+                    info.type, info.mode, info.linkname = tarfile.SYMTYPE, 0o777, str(content)
+                    tar.addfile(info)
+                else:
+                    data = content if isinstance(content, bytes) else content.encode()
+                    info.mode, info.size = 0o644, len(data)
+                    tar.addfile(info, io.BytesIO(data))

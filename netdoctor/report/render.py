@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from netdoctor.errors import UsageError
+from netdoctor.host.files import atomic_write
 from netdoctor.report.model import Report
-from netdoctor.util import atomic_write
 
 FORMATS = ("text", "json", "prometheus", "junit")
 
@@ -43,19 +43,20 @@ def use_color(stream: TextIO, environ: Mapping[str, str] | None = None) -> bool:
         return False
 
 
-def write_report_file(path: Path, text: str) -> None:
+def write_report_file(path: Path, text: str, *, deadline: float | None = None) -> None:
     """Write the report atomically (mode 0644): node_exporter's textfile collector and
-    monitoring readers must never see half a file."""
+    monitoring readers must never see half a file. A FIFO's reader is waited for until
+    `deadline` (monotonic); a path an attacker could have redirected is refused (exit 3)."""
     try:
-        atomic_write(path, text, mode=0o644)
+        atomic_write(path, text, mode=0o644, deadline=deadline)
     except OSError as error:
         raise UsageError(f"cannot write {path}: {error.strerror or error}") from error
 
 
-def emit(text: str, output: Path | None, stream: TextIO | None = None) -> None:
+def emit(text: str, output: Path | None, stream: TextIO | None = None, *, deadline: float | None = None) -> None:
     """The report goes to `output` (atomically; stdout stays empty) or to stdout."""
     if output is not None:
-        write_report_file(output, text)
+        write_report_file(output, text, deadline=deadline)
         return
     target = stream if stream is not None else sys.stdout
     target.write(text)
