@@ -123,7 +123,7 @@ def report_command(
         collector = FleetCollector()
         for path in files:
             if str(path) == "-":
-                collector.feed_lines(sys.stdin, "stdin")
+                collector.feed_stream(sys.stdin, "stdin")
                 continue
             if not path.exists():
                 raise UsageError(f"fleet input {path} does not exist")
@@ -150,11 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         if callable(show):
             show()
         else:
-            typer.echo(f"netdoctor fleet: {error}", err=True)
+            typer.echo(f"netdoctor: error: {error}", err=True)
         return USAGE_EXIT
     return result if isinstance(result, int) else 0
 
 
 def _fail_usage(error: NetdoctorError) -> None:
-    typer.echo(f"netdoctor fleet: {error}", err=True)
+    typer.echo(f"netdoctor: error: {error}", err=True)
     raise typer.Exit(USAGE_EXIT)
