@@ -91,7 +91,7 @@ def test_timeouts_garbage_empty_and_truncated_nodes_are_never_dropped() -> None:
     assert len(nodes) == 6
     assert nodes["n1"].grade is NodeGrade.PASS
     assert nodes["n2"].grade is NodeGrade.INVALID
-    assert nodes["n2"].top.summary == "not a netdoctor report: 'Segmentation fault (core dumped)' (+1 more lines)"
+    assert nodes["n2"].top.summary == "not a netdoctor report: 'Segmentation fault (core dumped)' (and 1 more line)"
     assert nodes["n3"].grade is NodeGrade.UNREACHABLE
     assert nodes["n3"].top.summary == "command timeout after 60 s"
     assert nodes["n4"].grade is NodeGrade.INVALID

@@ -100,7 +100,7 @@ def test_pdsh_sweep_keeps_every_node_hung_garbage_and_silent_ones(tmp_path: Path
     assert nodes["n1"].metrics == {"nccl_busbw_gbps": 452.1}
     assert nodes["n2"].top.describe() == "link-speed mlx5_3:1: port runs at 200 Gb/s, expected 400 Gb/s"
     assert nodes["n3"].top.summary == "command timeout after 2 s"
-    assert nodes["n4"].top.summary == "not a netdoctor report: 'Traceback (most recent call last):' (+1 more lines)"
+    assert nodes["n4"].top.summary == "not a netdoctor report: 'Traceback (most recent call last):' (and 1 more line)"
     assert nodes["n5"].top.summary == "no output, exit code 2"
     assert not result.killed
 

@@ -73,6 +73,22 @@ def test_a_glued_line_is_its_senders_and_never_makes_another_node_better() -> No
     assert grades(collect(glued, ["n1", "n2"])) == {"n1": "invalid", "n2": "unreachable"}
 
 
+def test_a_carriage_return_starts_no_line_of_another_host(tmp_path: Path) -> None:
+    # pdsh cuts lines at "\n" only; Python's universal newlines would cut at "\r" too.
+    forged = f"n1: junk\rn2: {json.dumps(make_report('n2'))}\n"
+    saved = tmp_path / "sweep.out"
+    saved.write_text(forged + "".join(prefixed("n1", json.dumps(make_report("n1")))), newline="")
+    for feed in ("file", "stdin"):
+        collector = FleetCollector()
+        if feed == "file":
+            collector.add_path(saved)
+        else:
+            with saved.open(encoding="utf-8") as stream:      # universal newlines, like sys.stdin
+                collector.feed_stream(stream)
+        nodes = {node.host: node for node in collector.finish(expected_hosts=["n1", "n2"])}
+        assert grades(nodes)["n2"] == "unreachable", feed
+
+
 def test_a_second_report_in_one_saved_file_makes_the_file_s_node_invalid(tmp_path: Path) -> None:
     (tmp_path / "n1.json").write_text(json.dumps(make_report("n1")) + "\n" + json.dumps(make_report("n2")))
     (tmp_path / "n2.json").write_text(json.dumps(make_report("n2", "fail", [LINK_FAIL])))
@@ -146,7 +162,7 @@ def test_stderr_flood_is_bounded() -> None:
         collector.feed_stderr_line("n1: " + "e" * 500 + "\n")
     nodes = collector.finish(expected_hosts=["n1"])
     assert nodes[0].top.summary.startswith("no output: eeee") and len(nodes[0].top.summary) < 220
-    assert sum(len(messages) for messages in collector._shell_messages.values()) <= 3
+    assert sum(len(messages) for messages in collector._shell._messages.values()) <= 3
 
 
 # ---- escaping ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ fleet report a bounded amount of memory and never an exception.
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from typing import TextIO
@@ -64,6 +65,18 @@ def describe_json_error(error: ValueError) -> str:
     if isinstance(error, json.JSONDecodeError):
         return f"{error.msg.removesuffix(' at')} at line {error.lineno} column {error.colno}"
     return str(error)
+
+
+def exact_lines(stream: TextIO) -> TextIO:
+    """`stream` read with lines ending only at "\n", as pdsh and clush cut them.
+
+    Python's text streams end lines at a lone "\r" too (universal newlines): a node that
+    prints `x\rn2: {...}` would then start a line that seems to come from n2.
+    """
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:
+        return stream
+    return io.TextIOWrapper(buffer, encoding="utf-8", errors="replace", newline="\n")
 
 
 def bounded_lines(handle: TextIO, limit: int = MAX_REPORT_CHARS) -> Iterator[str]:

@@ -3,23 +3,9 @@
 pdsh and clush print `host: line`, interleaving hosts in no fixed order; one host's
 report may be a single JSON line or pretty-printed over many. Lines are buffered per
 host only until that host's JSON object closes, then reduced to a `NodeSummary`, so
-memory holds summaries, not reports. Their stderr tells who timed out or failed:
+memory holds summaries, not reports. Their stderr tells who timed out or failed (`shell`).
 
-    pdsh@vm: n2: command timeout
-    pdsh@vm: n3: bash exited with exit code 2
-    clush: n2: command timeout
-    srun: error: n2: task 1: Exited with exit code 2
-
-Saved files (`fleet report FILE|DIR ...`) are of two kinds. One node's report file: a
-file that starts with JSON; or a `*.json` file, or any file found in a directory given,
-whose first line does not read as `host: line` output. Its node is the `host` of the
-report inside; without a usable report it is listed under the file name less its last
-suffix (`bad.json` -> `bad`): `invalid` when it holds anything else (garbage, broken
-JSON), `unreachable` when it is empty (the node gave no answer). Otherwise parallel-shell
-output, whose hosts are listed; such a file in which no line names a host is listed
-under its name as `invalid`, and an empty one names nobody. `*.err` files are stderr
-captures: they explain nodes and never name one themselves (an empty `sweep.err` is the
-normal case).
+Saved files (`fleet report FILE|DIR ...`) are read by `saved`.
 
 Attribution (CONTRACT 6.4): a line is its sender's, the host of its `host: ` prefix (or of
 the file the sweep wrote for it), never the `host` a report names. Text after a report on
@@ -32,45 +18,29 @@ kept beside the sender's. What is kept per node is bounded (`bounded`).
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import replace
-from pathlib import Path
 from typing import TextIO
 
 import structlog
 
-from netdoctor.errors import UsageError
 from netdoctor.fleet.bounded import (
     MAX_REPORT_CHARS,
     BadJson,
     bounded_lines,
-    chunks,
     decode_whole,
     describe_json_error,
+    exact_lines,
     raw_decode,
-    read_head,
 )
 from netdoctor.fleet.model import NodeGrade, NodeSummary, no_report, summarize_report
+from netdoctor.fleet.saved import SavedInputs, refusal
+from netdoctor.fleet.shell import KEPT_LINES as _KEPT_NOISE_LINES
+from netdoctor.fleet.shell import MAX_LINE_CHARS as _MAX_NOISE_CHARS
+from netdoctor.fleet.shell import SHELL_STARTS, ShellMessages
 
 log = structlog.get_logger(__name__)
 
-# How many non-report lines of one host are kept to explain an `invalid` verdict.
-_KEPT_NOISE_LINES = 3
-_MAX_NOISE_CHARS = 200
-
-_SHELL_PREFIX = re.compile(
-    r"^(?:pdsh@[^:\s]+|clush|srun(?:: error)?|netdoctor-sweep):\s+(?!error:|warning:)(?P<host>[^:\s]+):\s?(?P<message>.*)$"
-)
-# The shell's own complaint, about no host: `pdsh@vm: Cannot specify -t with "-R exec"`.
-_SHELL_ERROR = re.compile(r"^(?P<shell>pdsh@[^:\s]+|clush|srun)(?:: error)?:\s+(?P<message>.*)$")
-_SHELL_STARTS = ("pdsh@", "clush:", "srun:", "netdoctor-sweep:")
-_EXIT_CODE = re.compile(r"exit(?:ed)? (?:with )?(?:exit )?code (?P<code>\d+)", re.IGNORECASE)
-_TIMEOUT = re.compile(r"command timeout|timed out", re.IGNORECASE)
-# The first line of parallel-shell output in a file found in a directory: `node017: {`.
-_HOST_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*: ")
-_STDERR_SUFFIX = ".err"
 _TASK_LABEL = re.compile(r"^ *(?P<task>\d{1,9}): ")
 # Each kept line costs its text and a str object: counted so for the per-node bound.
 _LINE_OVERHEAD = 64
@@ -99,16 +69,15 @@ class _Run:
         self.size = sum(map(len, lines)) + _LINE_OVERHEAD * len(lines)
 
 
-class FleetCollector:
+class FleetCollector(SavedInputs):
     """Accumulates node summaries from any mix of inputs; `finish` gives one per host."""
 
     def __init__(self, command_timeout_s: float | None = None, hosts: Iterable[str] = (), *, labelled: bool = False) -> None:
         """`hosts`: the hosts asked, where known (a sweep); a shell message naming any
         other (`srun: error: _establish_config_source: ...`) is about no host. `labelled`:
         streams are srun's, whose lines are labelled with task numbers (`_relabelled`)."""
-        self._command_timeout_s = command_timeout_s
         hosts = list(hosts)
-        self._asked = frozenset(hosts)
+        self._shell = ShellMessages(frozenset(hosts), command_timeout_s)
         self._task_hosts = hosts if labelled else None
         # Senders made `invalid` for what they sent; anything more from them is dropped.
         self._refused: set[str] = set()
@@ -116,9 +85,6 @@ class FleetCollector:
         self._pending: dict[str, _Run] = {}     # hosts whose JSON object is still open
         self._noise: dict[str, list[str]] = {}
         self._noise_count: dict[str, int] = {}
-        self._shell_messages: dict[str, list[str]] = {}
-        self._timed_out: set[str] = set()
-        self._exit_codes: dict[str, int] = {}
         self.unattributed_lines = 0
         # Lines that named a host or came from the parallel shell: tells a file of
         # pdsh output from one of garbage.
@@ -126,8 +92,6 @@ class FleetCollector:
         # Hosts whose summary was made up for a report file without a usable report;
         # any real report for that host replaces it.
         self._file_fallbacks: set[str] = set()
-        self._shell_errors: list[str] = []
-        self._shell_fatal: str | None = None
         self._run: _Run | None = None
 
     # ---- inputs -------------------------------------------------------------------------
@@ -145,16 +109,8 @@ class FleetCollector:
                 if not after.startswith(_INNER_CLOSE):
                     self._close_run(run)
             return
-        if line.startswith(_SHELL_STARTS):
-            stripped = line.rstrip("\r\n")
-            shell = _SHELL_PREFIX.match(stripped)
-            if shell:
-                self._note_shell_message(shell["host"], shell["message"], stripped)
-                return
-            shell_error = _SHELL_ERROR.match(stripped)
-            if shell_error:
-                self._note_shell_error(stripped)
-                return
+        if line.startswith(SHELL_STARTS) and self._shell.take_shell_line(line):
+            return
         host, separator, text = line.partition(": ")
         if not separator or not host or " " in host:
             # pdsh prints `sending signal 15 to n2 [bash] pid 8538` without a prefix.
@@ -251,11 +207,11 @@ class FleetCollector:
     def feed_stream(self, stream: TextIO, source: str = "") -> None:
         """A live stream of pdsh/clush style output (a sweep's stdout, stdin), line by line
         as it arrives; a line longer than one report may be is cut."""
-        self.feed_lines(self._relabelled(bounded_lines(stream)), source)
+        self.feed_lines(self._relabelled(bounded_lines(exact_lines(stream))), source)
 
     def feed_stderr(self, stream: TextIO) -> None:
         """The parallel shell's stderr stream, to its end (what is kept of it is bounded)."""
-        for line in self._relabelled(bounded_lines(stream)):
+        for line in self._relabelled(bounded_lines(exact_lines(stream))):
             self.feed_stderr_line(line)
 
     def _relabelled(self, lines: Iterator[str]) -> Iterator[str]:
@@ -276,109 +232,11 @@ class FleetCollector:
 
     def feed_stderr_line(self, line: str) -> None:
         """One line of the parallel shell's stderr: shell messages, or the remote stderr."""
-        line = line.rstrip("\r\n")
-        shell = _SHELL_PREFIX.match(line)
-        if shell:
-            self._note_shell_message(shell["host"], shell["message"], line)
+        if self._shell.take_shell_line(line):
             return
-        if _SHELL_ERROR.match(line):
-            self._note_shell_error(line)
-            return
-        host, separator, text = line.partition(": ")
+        host, separator, text = line.rstrip("\r\n").partition(": ")
         if separator and host and " " not in host:
-            if self._asked and host not in self._asked:
-                return                 # the shell prefixes only the hosts it was given
-            self._attributed_lines += 1
-            # Remote stderr (netdoctor's logs, `bash: netdoctor: command not found`): keep a
-            # little of it to explain a node that printed no report.
-            if text.strip() == "command timeout":
-                self._timed_out.add(host)
-            messages = self._shell_messages.setdefault(host, [])
-            if len(messages) < _KEPT_NOISE_LINES:
-                messages.append(text[:_MAX_NOISE_CHARS])
-
-    def add_document(self, text: str, source: str, host_hint: str | None = None, *, cut: bool = False) -> None:
-        """A file holding one JSON report (`cut`: only its head was read).
-
-        The file is one sender: its node is the report's `host`; a file without a usable
-        report still names one node, `host_hint`, else the file name without its last
-        suffix. A second JSON value in the file makes that node `invalid`.
-        """
-        fallback_host = host_hint or Path(source).stem
-        position = 0
-        length = len(text)
-        while position < length and text[position].isspace():
-            position += 1
-        if position >= length:
-            self._store_file_fallback(no_report(fallback_host, NodeGrade.UNREACHABLE, f"{source}: empty report file", source))
-            return
-        if text[position] not in "{[":
-            self._store_file_fallback(no_report(fallback_host, NodeGrade.INVALID, f"{source}: not a netdoctor report: {_first_line(text, position)!r}", source))
-            return
-        if cut:
-            self._store_file_fallback(no_report(fallback_host, NodeGrade.INVALID, f"{source}: larger than {MAX_REPORT_CHARS >> 20} MiB", source))
-            return
-        try:
-            data, position = raw_decode(text, position)
-        except ValueError as error:
-            self._store_file_fallback(no_report(fallback_host, NodeGrade.INVALID, f"{source}: not valid JSON ({describe_json_error(error)})", source))
-            return
-        summary = summarize_report(data, source, None)
-        if summary.host == "?":
-            summary = summarize_report(data, source, fallback_host)
-        if text[position:].strip():
-            summary = _refusal(summary, f"{source}: more than one JSON value in one report file")
-        self._store(summary)
-
-    def add_path(self, path: Path, *, in_directory: bool = False) -> None:
-        """A saved input: a directory of JSON reports, a JSON report file, or pdsh output.
-
-        See the module docstring for which file is one node's report and which node a
-        file without a usable report names.
-        """
-        if path.is_dir():
-            for entry in sorted(os.scandir(path), key=lambda entry: entry.name):
-                if entry.name.startswith("."):
-                    continue
-                try:
-                    regular = entry.is_file()
-                except OSError as error:   # a symlink loop in the directory
-                    log.warning("fleet input skipped", path=entry.path, error=error.strerror or str(error))
-                    continue
-                if regular:
-                    self.add_path(Path(entry.path), in_directory=True)
-            return
-        try:
-            handle = path.open("r", encoding="utf-8", errors="replace")
-        except OSError as error:
-            raise UsageError(f"cannot read fleet input {path}: {error.strerror or error}") from error
-        source = str(path)
-        stderr_capture = path.suffix == _STDERR_SUFFIX
-        with handle:
-            first_line = _first_non_blank_line(handle)
-            handle.seek(0)
-            first = first_line[:1]
-            if not first:
-                if (in_directory or path.suffix == ".json") and not stderr_capture:
-                    self.add_document("", source)
-                else:
-                    log.warning("fleet input is empty", path=source)
-                return
-            shell_output = (
-                _HOST_LINE.match(first_line) is not None
-                or first_line.startswith(_SHELL_STARTS)
-                or stderr_capture
-            )
-            # A `.json` file may still be a saved pdsh sweep (`pdsh ... > sweep.json`).
-            if first in "{[" or (not shell_output and (in_directory or path.suffix == ".json")):
-                text, cut = read_head(handle)
-                self.add_document(text, source, cut=cut)
-                return
-            attributed, unattributed = self._attributed_lines, self.unattributed_lines
-            self.feed_text(chunks(handle), source)
-            if self._attributed_lines == attributed and self.unattributed_lines > unattributed and not stderr_capture:
-                # Not one line named a host: not pdsh output, just a file of something else.
-                self._store_file_fallback(no_report(path.stem, NodeGrade.INVALID, f"{source}: not a netdoctor report: {first_line.strip()[:_MAX_NOISE_CHARS]!r}", source))
+            self._shell.note_stderr(host, text)
 
     # ---- result -------------------------------------------------------------------------
 
@@ -394,7 +252,7 @@ class FleetCollector:
                 self._store(summarize_report(data, "", host))
         self._pending.clear()
         self._run = None
-        hosts = set(self._summaries) | set(self._noise) | set(self._shell_messages) | self._timed_out | set(self._exit_codes)
+        hosts = set(self._summaries) | set(self._noise) | self._shell.hosts()
         hosts.update(expected_hosts)
         result: list[NodeSummary] = []
         for host in hosts:
@@ -402,7 +260,7 @@ class FleetCollector:
             if summary is None:
                 summary = self._explain_missing(host)
             elif summary.reported_host is not None and summary.reported_host in hosts:
-                summary = _refusal(summary, f"its report names another host of the sweep, {summary.reported_host!r}")
+                summary = refusal(summary, f"its report names another host of the sweep, {summary.reported_host!r}")
             result.append(summary)
         if self.unattributed_lines:
             log.warning("fleet input lines without a `host: ` prefix were ignored", lines=self.unattributed_lines)
@@ -427,7 +285,7 @@ class FleetCollector:
             return
         if not stripped.startswith("{"):
             if stripped == "command timeout":
-                self._timed_out.add(host)
+                self._shell.note_timeout(host)
                 return
             self._note_noise(host, stripped)
             return
@@ -496,13 +354,6 @@ class FleetCollector:
         self._file_fallbacks.discard(host)
         self._summaries[host] = no_report(host, NodeGrade.INVALID, why, source)
 
-    def _note_shell_error(self, line: str) -> None:
-        self._attributed_lines += 1
-        if len(self._shell_errors) < _KEPT_NOISE_LINES:
-            self._shell_errors.append(line[:_MAX_NOISE_CHARS])
-        if self._shell_fatal is None and "fatal" in line:
-            self._shell_fatal = line[:_MAX_NOISE_CHARS]
-
     def _store(self, summary: NodeSummary) -> None:
         host = summary.host
         if host in self._refused:
@@ -529,47 +380,16 @@ class FleetCollector:
         if len(kept) < _KEPT_NOISE_LINES:
             kept.append(text[:_MAX_NOISE_CHARS])
 
-    def _note_shell_message(self, host: str, message: str, line: str) -> None:
-        if self._asked and host not in self._asked:
-            # `srun: error: _establish_config_source: ...`: about no host of the sweep.
-            self._note_shell_error(line)
-            return
-        self._attributed_lines += 1
-        if _TIMEOUT.search(message):
-            self._timed_out.add(host)
-        code = _EXIT_CODE.search(message)
-        if code:
-            self._exit_codes[host] = int(code["code"])
-            return
-        messages = self._shell_messages.setdefault(host, [])
-        if len(messages) < _KEPT_NOISE_LINES:
-            messages.append(message[:_MAX_NOISE_CHARS])
-
     def _explain_missing(self, host: str) -> NodeSummary:
         noise = self._noise.get(host)
         if noise:
             count = self._noise_count[host]
-            more = f" (+{count - 1} more lines)" if count > 1 else ""
+            more = f" (and {count - 1} more line{'s' if count > 2 else ''})" if count > 1 else ""
             return no_report(host, NodeGrade.INVALID, f"not a netdoctor report: {noise[0]!r}{more}")
-        details: list[str] = []
-        if host in self._timed_out:
-            details.append(f"command timeout after {self._command_timeout_s:g} s" if self._command_timeout_s else "command timeout")
-        elif host in self._exit_codes:
-            details.append(f"no output, exit code {self._exit_codes[host]}")
-        else:
-            details.append("no output")
-        # After a timeout pdsh adds `bash killed by signal 15`: the timeout already says it.
-        messages = [
-            message
-            for message in self._shell_messages.get(host, [])
-            if not _TIMEOUT.search(message) and not (host in self._timed_out and "killed by signal" in message)
-        ]
-        if messages:
-            details.append(messages[0])
-        elif self._shell_errors:
-            # The shell's `fatal` line says why it gave up; the others lead up to it.
-            details.append(self._shell_fatal or self._shell_errors[0])
-        return no_report(host, NodeGrade.UNREACHABLE, ": ".join(details))
+        return self._shell.explain(host)
+
+    def _attributed(self) -> int:
+        return self._attributed_lines + self._shell.attributed_lines
 
 
 def _strip_prefix(lines: list[str], prefix: str) -> str:
@@ -580,23 +400,3 @@ def _strip_prefix(lines: list[str], prefix: str) -> str:
     """
     joined = "".join(lines) if lines[0].endswith("\n") else "\n".join(lines)
     return joined[len(prefix):].replace("\n" + prefix, "\n")
-
-
-def _refusal(summary: NodeSummary, why: str) -> NodeSummary:
-    """The sender's entry made `invalid` for `why`, keeping the name its report gave."""
-    return replace(no_report(summary.host, NodeGrade.INVALID, why, summary.source), reported_host=summary.reported_host)
-
-
-def _first_non_blank_line(handle: Iterator[str]) -> str:
-    """The first line that is not blank, without its leading blanks ("" when none)."""
-    for line in handle:
-        stripped = line.lstrip()
-        if stripped:
-            return stripped
-    return ""
-
-
-def _first_line(text: str, position: int) -> str:
-    """The line of `text` starting at `position`, cut for a summary."""
-    end = text.find("\n", position, position + _MAX_NOISE_CHARS + 1)
-    return text[position:end if end >= 0 else position + _MAX_NOISE_CHARS].rstrip()
