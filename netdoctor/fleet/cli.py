@@ -120,7 +120,7 @@ def report_command(
     """Build the fleet report from saved per-node output."""
     try:
         expected = list(parse_hosts(expect)) if expect else []
-        collector = FleetCollector()
+        collector = FleetCollector(hosts=expected)
         for path in files:
             if str(path) == "-":
                 collector.feed_stream(sys.stdin, "stdin")

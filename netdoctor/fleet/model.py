@@ -226,7 +226,7 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
             if top_rank is None or rank < top_rank:
                 top, top_rank = finding, rank
 
-    if len(check_statuses) > _MAX_CHECKS or any(len(check) > _MAX_CHECK_ID_CHARS for check in check_statuses):
+    if len(check_statuses) > _MAX_CHECKS or max(map(len, check_statuses), default=0) > _MAX_CHECK_ID_CHARS:
         return no_report(host, NodeGrade.INVALID, f"not a netdoctor report: more than {_MAX_CHECKS} check ids, or one"
                          f" longer than {_MAX_CHECK_ID_CHARS} characters", source)
     top_finding: TopFinding | None = None
