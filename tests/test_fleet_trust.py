@@ -219,3 +219,13 @@ def test_fleet_errors_use_the_common_prefix(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 3
     assert done.stderr.strip() == f"netdoctor: error: fleet input {tmp_path / 'missing'} does not exist"
+
+
+def test_saved_shell_errors_name_no_host_outside_the_expected_ones(tmp_path: Path) -> None:
+    saved = tmp_path / "sweep.err"
+    saved.write_text("srun: error: _establish_config_source: failed to fetch config\nsrun: fatal: no config\n")
+    collector = FleetCollector(hosts=["n1", "n2"])
+    collector.add_path(saved)
+    nodes = collector.finish(expected_hosts=["n1", "n2"])
+    assert {node.host: node.top.summary for node in nodes} == {"n1": "no output: srun: fatal: no config",
+                                                               "n2": "no output: srun: fatal: no config"}
