@@ -6,8 +6,13 @@ pretty-printed JSON, a directory of one pretty JSON file per node), runs the rea
 records wall time (median of --repeat runs, 5 by default) and the child's peak RSS. Usage:
 
     python benchmarks/fleet_report_bench.py [--nodes 10000] [--repeat 5] [--work DIR]
+        [--tree DIR --label before] [--flood-mib 1024]
 
 With --work DIR the inputs are kept there and reused when already written for as many nodes.
+`--tree DIR` runs the `netdoctor` package found in DIR instead of the installed one (an
+older copy, e.g. `git archive 19c181b | tar -x -C DIR`, for before/after). `--flood-mib N`
+(0: skip) also streams N MiB of one node's output to `fleet report -`, once as a single
+line and once as many short lines, with two healthy nodes, and records the peak RSS.
 """
 
 from __future__ import annotations
@@ -104,16 +109,26 @@ _PEAK_RSS = (
 )
 
 
-def run_once(path: Path, repo: Path) -> tuple[float, float, dict[str, Any]]:
+def _prelude(tree: Path | None) -> str:
+    """Imports the fleet CLI from `tree` (dropping the editable install's finder) or as installed."""
+    if tree is None:
+        return _PEAK_RSS + "import sys\n"
+    return (_PEAK_RSS + "import sys\n"
+            "sys.meta_path[:] = [finder for finder in sys.meta_path if 'editable' not in repr(finder)]\n"
+            f"sys.path.insert(0, {str(tree)!r})\n")
+
+
+def _child(tree: Path | None, *args: str) -> list[str]:
+    code = (_prelude(tree) + "from netdoctor.fleet.cli import main\ncode=main(sys.argv[1:])\n"
+            "sys.stderr.write('PEAK_RSS_KIB %d\\n' % peak_rss_kib())\nsys.exit(code)")
+    return [sys.executable, "-c", code, *args]
+
+
+def run_once(path: Path, repo: Path, tree: Path | None = None) -> tuple[float, float, dict[str, Any]]:
     """Wall seconds, child peak RSS in MiB, and the fleet report's counts and outliers, for one CLI run."""
     started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-c",
-         _PEAK_RSS + "import sys\nfrom netdoctor.fleet.cli import main\ncode=main(sys.argv[1:])\n"
-         "sys.stderr.write('PEAK_RSS_KIB %d\\n' % peak_rss_kib())\nsys.exit(code)",
-         "report", str(path), "--format", "json"],
-        capture_output=True, text=True, cwd=repo, timeout=600,
-    )
+    done = subprocess.run(_child(tree, "report", str(path), "--format", "json"),
+                          capture_output=True, text=True, cwd=repo, timeout=600)
     wall = time.perf_counter() - started
     if done.returncode not in (0, 1, 2):
         raise SystemExit(f"fleet report failed ({done.returncode}): {done.stderr}")
@@ -123,11 +138,48 @@ def run_once(path: Path, repo: Path) -> tuple[float, float, dict[str, Any]]:
                                   "nodes": len(report["nodes"])}
 
 
+def flood_once(repo: Path, tree: Path | None, mib: int, one_line: bool) -> str:
+    """Stream `mib` MiB of node n0's output (one line, or lines of a JSON object that never
+    closes) and two healthy reports to `fleet report -`: wall, peak RSS and n0's verdict."""
+    piece = b"x" * (1 << 20) if one_line else b'n0:   "k": 1,\n' * ((1 << 20) // 14)
+    healthy = "".join(f"{host}: {json.dumps(synthetic_report(index, random.Random(index)) | {'host': host})}\n"
+                      for index, host in ((1, "n1"), (2, "n2"))).encode()
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as stderr, tempfile.TemporaryFile() as stdout:
+        child = subprocess.Popen(_child(tree, "report", "-", "--format", "json", "-w", "n[0-2]"), cwd=repo,
+                                 stdin=subprocess.PIPE, stdout=stdout, stderr=stderr)
+        assert child.stdin is not None
+        try:
+            child.stdin.write(healthy)
+            child.stdin.write(b"n0: " if one_line else b"n0: {\n")
+            for _ in range(mib):
+                child.stdin.write(piece)
+            child.stdin.write(b"\n")
+            child.stdin.close()
+        except BrokenPipeError:
+            pass
+        child.wait(timeout=1200)
+        wall = time.perf_counter() - started
+        stderr.seek(0)
+        stdout.seek(0)
+        errors = stderr.read().decode(errors="replace")
+        if "PEAK_RSS_KIB " not in errors:
+            return f"{wall:.1f} s, failed (exit {child.returncode}): {errors.strip().splitlines()[-1:]}"
+        rss = int(errors.rsplit("PEAK_RSS_KIB ", 1)[1].split()[0]) / 1024
+        nodes = {node["host"]: node for node in json.loads(stdout.read())["nodes"]}
+    n0 = nodes["n0"]
+    return (f"{wall:.1f} s, peak RSS {rss:.0f} MiB; n0 {n0['grade']} ({(n0.get('top') or {}).get('summary', '')[:60]!r}),"
+            f" n1 {nodes['n1']['grade']}, n2 {nodes['n2']['grade']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=10_000)
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--tree", type=Path, default=None, help="run the netdoctor package found in this directory")
+    parser.add_argument("--label", default="this tree")
+    parser.add_argument("--flood-mib", type=int, default=0)
     arguments = parser.parse_args()
     repo = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as scratch:
@@ -135,14 +187,15 @@ def main() -> None:
         work.mkdir(parents=True, exist_ok=True)
         inputs = write_inputs(work, arguments.nodes)
         baseline = subprocess.run(
-            [sys.executable, "-c", _PEAK_RSS + "import netdoctor.fleet.cli\nprint(peak_rss_kib())"],
+            [sys.executable, "-c", _prelude(arguments.tree) + "import netdoctor.fleet.cli\nprint(peak_rss_kib())"],
             capture_output=True, text=True, cwd=repo, check=True)
+        print(f"[{arguments.label}] netdoctor from {arguments.tree or 'the installed tree'}")
         print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
               f"load average {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
         print(f"python + netdoctor.fleet import alone: peak RSS {int(baseline.stdout) / 1024:.1f} MiB")
         for label, path in inputs.items():
             size = sum(p.stat().st_size for p in path.iterdir()) if path.is_dir() else path.stat().st_size
-            runs = [run_once(path, repo) for _ in range(arguments.repeat)]
+            runs = [run_once(path, repo, arguments.tree) for _ in range(arguments.repeat)]
             median = statistics.median(run[0] for run in runs)
             rss = max(run[1] for run in runs)
             report = runs[0][2]
@@ -152,6 +205,11 @@ def main() -> None:
                   f"counts {report['counts']}, outliers {report['outliers']}")
             if report["nodes"] != arguments.nodes:
                 raise SystemExit(f"{label}: {report['nodes']} nodes in the fleet report, expected {arguments.nodes}")
+        if arguments.flood_mib:
+            for one_line in (True, False):
+                shape = "one line" if one_line else "short lines of an open JSON object"
+                print(f"one node sends {arguments.flood_mib} MiB as {shape}: "
+                      f"{flood_once(repo, arguments.tree, arguments.flood_mib, one_line)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ import re
 
 # C0 controls, DEL, C1 controls; lone surrogates (undecodable bytes kept by
 # surrogateescape); line/paragraph separators and the bidirectional overrides that
-# reorder what a terminal shows ("Trojan Source").
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# marks and overrides that reorder what a terminal shows ("Trojan Source").
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 

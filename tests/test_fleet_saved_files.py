@@ -140,14 +140,14 @@ def _random_sweep(rng: random.Random) -> list[str]:
 
 def test_saved_files_give_what_line_by_line_feeding_gives(tmp_path: Path, monkeypatch: Any) -> None:
     """The block fast path, with blocks cut at chunk ends, agrees with the line path."""
-    import netdoctor.fleet.collect as collect
+    import netdoctor.fleet.bounded as bounded
 
     rng = random.Random(20261122)
     saved = tmp_path / "sweep.out"
     for case in range(300):
         lines = _random_sweep(rng)
         saved.write_text("".join(lines))
-        monkeypatch.setattr(collect, "_CHUNK_CHARS", rng.choice([1, 64, 700, 1 << 22]))
+        monkeypatch.setattr(bounded, "CHUNK_CHARS", rng.choice([1, 64, 700, 1 << 22]))
         from_file = FleetCollector()
         from_file.add_path(saved)
         by_line = FleetCollector()

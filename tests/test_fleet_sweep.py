@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -28,21 +29,41 @@ FAIL_REPORT = {"schema": "netdoctor.report/1", "host": "n2", "grade": "fail", "f
 
 
 def test_pdsh_command_quotes_for_ssh_and_passes_argv_for_exec() -> None:
+    # Each node runs its command under `sh` with a newline after its output (pdsh glues an
+    # unterminated last line onto another node's line) and its exit status kept.
     options = SweepOptions(hosts="node[001-003,010]", fanout=32, timeout_s=90, no_probe=True, rules="/etc/x y.toml", deadline_s=60)
     assert build_sweep_command(options) == [
         "pdsh", "-R", "ssh", "-f", "32", "-t", "10", "-u", "90", "-w", "node[001-003,010]",
-        "netdoctor check --format json --no-probe --rules '/etc/x y.toml' --deadline 60",
+        shlex.join(["sh", "-c", "netdoctor check --format json --no-probe --rules '/etc/x y.toml' --deadline 60; rc=$?; echo; exit $rc"]),
     ]
     exec_options = SweepOptions(hosts="n[1-2]", rcmd="exec", timeout_s=5, remote_command="netdoctor check --snapshot /f/{host}")
-    assert build_sweep_command(exec_options)[-3:] == ["check", "--snapshot", "/f/%h"]
-    assert build_sweep_command(SweepOptions(hosts="n[1-2]", via="clush", rcmd="exec", timeout_s=5))[-1] == "netdoctor check --format json"
+    assert build_sweep_command(exec_options)[-3:] == ["sh", "-c", "netdoctor check --snapshot /f/%h; rc=$?; echo; exit $rc"]
+    assert build_sweep_command(SweepOptions(hosts="n[1-2]", via="clush", rcmd="exec", timeout_s=5))[-1] == shlex.join(
+        ["sh", "-c", "netdoctor check --format json; rc=$?; echo; exit $rc"])
     srun = build_sweep_command(SweepOptions(hosts="n[1-2]", via="srun", remote_command="nd --snapshot /f/{host}"))
-    assert srun[:6] == ["srun", "--nodelist", "n[1-2]", "--nodes", "2", "--ntasks-per-node=1"]
-    assert "nd --snapshot '/f/'\"$SLURMD_NODENAME\"''" in srun[-1]
+    # The node's name comes from SLURM (task i of the label runs on the i-th node listed),
+    # never from what the node prints.
+    assert srun[:7] == ["srun", "--nodelist", "n1,n2", "--ntasks", "2", "--distribution=arbitrary", "--label"]
+    assert "nd --snapshot '/f/'\"$SLURMD_NODENAME\"''" in srun[-1] and "sed" not in srun[-1]
     with pytest.raises(UsageError, match="bad host list"):
         build_sweep_command(SweepOptions(hosts="n[1-"))
     with pytest.raises(UsageError, match="--rcmd does not apply"):
         build_sweep_command(SweepOptions(hosts="n1", via="srun", rcmd="exec"))
+
+
+def test_remote_command_refuses_the_options_it_would_drop() -> None:
+    for extra in ({"rules": "dgx-h100"}, {"no_probe": True}, {"deadline_s": 30.0}):
+        options = SweepOptions(hosts="n1", remote_command="my-check", **extra)  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match="cannot be passed to a --remote-command"):
+            build_sweep_command(options)
+
+
+def test_cli_remote_command_with_rules_is_a_usage_error() -> None:
+    done = subprocess.run([sys.executable, "-m", "netdoctor", "fleet", "sweep", "-w", "n1", "--remote-command", "true",
+                           "--rules", "dgx-h100", "--no-probe"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3
+    assert done.stderr.strip() == ("netdoctor: error: --no-probe, --rules cannot be passed to a --remote-command "
+                                   "(it replaces `netdoctor check`): put them in the remote command")
 
 
 def write_fake_nodes(directory: Path) -> Path:
@@ -79,7 +100,7 @@ def test_pdsh_sweep_keeps_every_node_hung_garbage_and_silent_ones(tmp_path: Path
     assert nodes["n1"].metrics == {"nccl_busbw_gbps": 452.1}
     assert nodes["n2"].top.describe() == "link-speed mlx5_3:1: port runs at 200 Gb/s, expected 400 Gb/s"
     assert nodes["n3"].top.summary == "command timeout after 2 s"
-    assert nodes["n4"].top.summary == "not a netdoctor report: 'Traceback (most recent call last):' (+1 more lines)"
+    assert nodes["n4"].top.summary == "not a netdoctor report: 'Traceback (most recent call last):' (and 1 more line)"
     assert nodes["n5"].top.summary == "no output, exit code 2"
     assert not result.killed
 

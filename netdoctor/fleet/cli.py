@@ -120,10 +120,10 @@ def report_command(
     """Build the fleet report from saved per-node output."""
     try:
         expected = list(parse_hosts(expect)) if expect else []
-        collector = FleetCollector()
+        collector = FleetCollector(hosts=expected)
         for path in files:
             if str(path) == "-":
-                collector.feed_lines(sys.stdin, "stdin")
+                collector.feed_stream(sys.stdin, "stdin")
                 continue
             if not path.exists():
                 raise UsageError(f"fleet input {path} does not exist")
@@ -150,11 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         if callable(show):
             show()
         else:
-            typer.echo(f"netdoctor fleet: {error}", err=True)
+            typer.echo(f"netdoctor: error: {error}", err=True)
         return USAGE_EXIT
     return result if isinstance(result, int) else 0
 
 
 def _fail_usage(error: NetdoctorError) -> None:
-    typer.echo(f"netdoctor fleet: {error}", err=True)
+    typer.echo(f"netdoctor: error: {error}", err=True)
     raise typer.Exit(USAGE_EXIT)

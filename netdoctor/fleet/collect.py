@@ -3,66 +3,50 @@
 pdsh and clush print `host: line`, interleaving hosts in no fixed order; one host's
 report may be a single JSON line or pretty-printed over many. Lines are buffered per
 host only until that host's JSON object closes, then reduced to a `NodeSummary`, so
-memory holds summaries, not reports. Their stderr tells who timed out or failed:
+memory holds summaries, not reports. Their stderr tells who timed out or failed (`shell`).
 
-    pdsh@vm: n2: command timeout
-    pdsh@vm: n3: bash exited with exit code 2
-    clush: n2: command timeout
-    srun: error: n2: task 1: Exited with exit code 2
+Saved files (`fleet report FILE|DIR ...`) are read by `saved`.
 
-Saved files (`fleet report FILE|DIR ...`) are of two kinds. One node's report file: a
-file that starts with JSON; or a `*.json` file, or any file found in a directory given,
-whose first line does not read as `host: line` output. Its node is the `host` of the
-report inside; without a usable report it is listed under the file name less its last
-suffix (`bad.json` -> `bad`): `invalid` when it holds anything else (garbage, broken
-JSON), `unreachable` when it is empty (the node gave no answer). Otherwise parallel-shell
-output, whose hosts are listed; such a file in which no line names a host is listed
-under its name as `invalid`, and an empty one names nobody. `*.err` files are stderr
-captures: they explain nodes and never name one themselves (an empty `sweep.err` is the
-normal case).
+Attribution (CONTRACT 6.4): a line is its sender's, the host of its `host: ` prefix (or of
+the file the sweep wrote for it), never the `host` a report names. Text after a report on
+its line (pdsh glues a node's unterminated last line onto the next one), a second report
+from one sender, or a report naming another host of the sweep make the sender `invalid`
+and never touch another node's entry; a name that is no other host (an alias, an FQDN) is
+kept beside the sender's. What is kept per node is bounded (`bounded`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import TextIO
 
 import structlog
 
-from netdoctor.errors import UsageError
+from netdoctor.fleet.bounded import (
+    MAX_REPORT_CHARS,
+    BadJson,
+    bounded_lines,
+    decode_whole,
+    describe_json_error,
+    exact_lines,
+    raw_decode,
+)
 from netdoctor.fleet.model import NodeGrade, NodeSummary, no_report, summarize_report
+from netdoctor.fleet.saved import SavedInputs, refusal
+from netdoctor.fleet.shell import KEPT_LINES as _KEPT_NOISE_LINES
+from netdoctor.fleet.shell import MAX_LINE_CHARS as _MAX_NOISE_CHARS
+from netdoctor.fleet.shell import SHELL_STARTS, ShellMessages
 
 log = structlog.get_logger(__name__)
 
-# How many non-report lines of one host are kept to explain an `invalid` verdict.
-_KEPT_NOISE_LINES = 3
-_MAX_NOISE_CHARS = 200
-
-_SHELL_PREFIX = re.compile(
-    r"^(?:pdsh@[^:\s]+|clush|srun(?:: error)?|netdoctor-sweep):\s+(?!error:|warning:)(?P<host>[^:\s]+):\s?(?P<message>.*)$"
-)
-# The shell's own complaint, about no host: `pdsh@vm: Cannot specify -t with "-R exec"`.
-_SHELL_ERROR = re.compile(r"^(?P<shell>pdsh@[^:\s]+|clush|srun)(?:: error)?:\s+(?P<message>.*)$")
-# What a line glued to a report's last line looks like: pdsh prints a node's last line
-# without a newline when the node did not end it with one, so `n1: }n4: {` happens.
-_GLUED_HOST_LINE = re.compile(r"^[^\s:]+: ")
-_SHELL_STARTS = ("pdsh@", "clush:", "srun:", "netdoctor-sweep:")
-_EXIT_CODE = re.compile(r"exit(?:ed)? (?:with )?(?:exit )?code (?P<code>\d+)", re.IGNORECASE)
-_TIMEOUT = re.compile(r"command timeout|timed out", re.IGNORECASE)
-# The first line of parallel-shell output in a file found in a directory: `node017: {`.
-_HOST_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*: ")
-_STDERR_SUFFIX = ".err"
-_DECODER = json.JSONDecoder()
-
-
-def describe_json_error(error: json.JSONDecodeError) -> str:
-    """`Expecting value at line 1 column 1`: some of json's messages already end in
-    "at" (`Invalid control character at`), meant to be followed by the position."""
-    return f"{error.msg.removesuffix(' at')} at line {error.lineno} column {error.colno}"
+_TASK_LABEL = re.compile(r"^ *(?P<task>\d{1,9}): ")
+# Each kept line costs its text and a str object: counted so for the per-node bound.
+_LINE_OVERHEAD = 64
+# After the `}` that closes an object printed with indent=0, an inner one is followed by
+# one of these; anything else after a `}` at column 0 may end the report.
+_INNER_CLOSE = (",", "]", "}")
 
 
 class _Run:
@@ -72,30 +56,35 @@ class _Run:
     without its newline) and `close` (the same with it) are the only lines that can end it.
     """
 
-    __slots__ = ("host", "prefix", "brace", "close", "lines", "source", "blocks")
+    __slots__ = ("host", "prefix", "brace", "close", "lines", "source", "blocks", "size")
 
     def __init__(self, host: str, lines: list[str], source: str) -> None:
         self.host = host
         self.prefix = f"{host}: "
         self.brace = f"{host}: }}"
         self.close = f"{host}: }}\n"
-        self.lines = lines             # the host's entry in `_pending`
+        self.lines = lines
         self.source = source
         self.blocks = True             # False once interleaved: `feed_text` then goes line by line
+        self.size = sum(map(len, lines)) + _LINE_OVERHEAD * len(lines)
 
 
-class FleetCollector:
+class FleetCollector(SavedInputs):
     """Accumulates node summaries from any mix of inputs; `finish` gives one per host."""
 
-    def __init__(self, command_timeout_s: float | None = None) -> None:
-        self._command_timeout_s = command_timeout_s
+    def __init__(self, command_timeout_s: float | None = None, hosts: Iterable[str] = (), *, labelled: bool = False) -> None:
+        """`hosts`: the hosts asked, where known (a sweep); a shell message naming any
+        other (`srun: error: _establish_config_source: ...`) is about no host. `labelled`:
+        streams are srun's, whose lines are labelled with task numbers (`_relabelled`)."""
+        hosts = list(hosts)
+        self._shell = ShellMessages(frozenset(hosts), command_timeout_s)
+        self._task_hosts = hosts if labelled else None
+        # Senders made `invalid` for what they sent; anything more from them is dropped.
+        self._refused: set[str] = set()
         self._summaries: dict[str, NodeSummary] = {}
-        self._pending: dict[str, list[str]] = {}
+        self._pending: dict[str, _Run] = {}     # hosts whose JSON object is still open
         self._noise: dict[str, list[str]] = {}
         self._noise_count: dict[str, int] = {}
-        self._shell_messages: dict[str, list[str]] = {}
-        self._timed_out: set[str] = set()
-        self._exit_codes: dict[str, int] = {}
         self.unattributed_lines = 0
         # Lines that named a host or came from the parallel shell: tells a file of
         # pdsh output from one of garbage.
@@ -103,7 +92,6 @@ class FleetCollector:
         # Hosts whose summary was made up for a report file without a usable report;
         # any real report for that host replaces it.
         self._file_fallbacks: set[str] = set()
-        self._shell_errors: list[str] = []
         self._run: _Run | None = None
 
     # ---- inputs -------------------------------------------------------------------------
@@ -115,24 +103,14 @@ class FleetCollector:
         # for a pretty-printed fleet, so this path does only a prefix test and an append.
         run = self._run
         if run is not None and line.startswith(run.prefix):
-            if line == run.close or line == run.brace:
-                run.lines.append(line)
-                self._close_run(run)
-            elif line.startswith(run.brace):
-                self._split_glued(run, line, source)
-            else:
-                run.lines.append(line)
+            self._append(run, line)
+            if line.startswith(run.brace) and self._run is run:
+                after = line[len(run.brace):].strip()
+                if not after.startswith(_INNER_CLOSE):
+                    self._close_run(run)
             return
-        if line.startswith(_SHELL_STARTS):
-            stripped = line.rstrip("\r\n")
-            shell = _SHELL_PREFIX.match(stripped)
-            if shell:
-                self._note_shell_message(shell["host"], shell["message"])
-                return
-            shell_error = _SHELL_ERROR.match(stripped)
-            if shell_error:
-                self._note_shell_error(stripped)
-                return
+        if line.startswith(SHELL_STARTS) and self._shell.take_shell_line(line):
+            return
         host, separator, text = line.partition(": ")
         if not separator or not host or " " in host:
             # pdsh prints `sending signal 15 to n2 [bash] pid 8538` without a prefix.
@@ -154,6 +132,10 @@ class FleetCollector:
         for line in lines:
             if run is not None and line.startswith(run_prefix) and not line.startswith(run_brace):
                 run_append(line)
+                run.size += len(line) + _LINE_OVERHEAD
+                if run.size > MAX_REPORT_CHARS:
+                    self._overflow(run)
+                    run = None
                 continue
             # A `}` line (maybe the end of the object), another host, or a shell message.
             self.feed_line(line, source)
@@ -185,7 +167,7 @@ class FleetCollector:
                 line = chunk[position:line_end]
                 position = line_end
                 if run is not None and line.startswith(run.prefix) and not line.startswith(run.brace):
-                    run.lines.append(line)
+                    self._append(run, line)
                 else:
                     self.feed_line(line, source)
 
@@ -212,139 +194,73 @@ class FleetCollector:
         body = block.replace("\n" + prefix, "\n")
         if len(block) - len(body) != (block.count("\n") - 1) * len(prefix):
             return 0
+        if run.size + len(block) > MAX_REPORT_CHARS:
+            return 0
         pending = _strip_prefix(run.lines, prefix) if run.lines else ""
         try:
-            data = json.loads(pending + body)
-        except json.JSONDecodeError:
+            data = decode_whole(pending + body)
+        except ValueError:             # left to the line path, which says why
             return 0
         self._end_run(run, data)
         return end
 
+    def feed_stream(self, stream: TextIO, source: str = "") -> None:
+        """A live stream of pdsh/clush style output (a sweep's stdout, stdin), line by line
+        as it arrives; a line longer than one report may be is cut."""
+        self.feed_lines(self._relabelled(bounded_lines(exact_lines(stream))), source)
+
+    def feed_stderr(self, stream: TextIO) -> None:
+        """The parallel shell's stderr stream, to its end (what is kept of it is bounded)."""
+        for line in self._relabelled(bounded_lines(exact_lines(stream))):
+            self.feed_stderr_line(line)
+
+    def _relabelled(self, lines: Iterator[str]) -> Iterator[str]:
+        """srun's `--label` lines (`  3: text`) as `host: text`, task i being the i-th host
+        asked (`--distribution=arbitrary`); srun's own messages as they are."""
+        hosts = self._task_hosts
+        if hosts is None:
+            yield from lines
+            return
+        for line in lines:
+            label = _TASK_LABEL.match(line)
+            if label is None:
+                yield line
+                continue
+            task = int(label["task"])
+            if task < len(hosts):
+                yield f"{hosts[task]}: {line[label.end():]}"
+
     def feed_stderr_line(self, line: str) -> None:
         """One line of the parallel shell's stderr: shell messages, or the remote stderr."""
-        line = line.rstrip("\r\n")
-        shell = _SHELL_PREFIX.match(line)
-        if shell:
-            self._note_shell_message(shell["host"], shell["message"])
+        if self._shell.take_shell_line(line):
             return
-        if _SHELL_ERROR.match(line):
-            self._note_shell_error(line)
-            return
-        host, separator, text = line.partition(": ")
+        host, separator, text = line.rstrip("\r\n").partition(": ")
         if separator and host and " " not in host:
-            self._attributed_lines += 1
-            # Remote stderr (netdoctor's logs, `bash: netdoctor: command not found`): keep a
-            # little of it to explain a node that printed no report.
-            if text.strip() == "command timeout":
-                self._timed_out.add(host)
-            messages = self._shell_messages.setdefault(host, [])
-            if len(messages) < _KEPT_NOISE_LINES:
-                messages.append(text[:_MAX_NOISE_CHARS])
-
-    def add_document(self, text: str, source: str, host_hint: str | None = None) -> None:
-        """A file holding one JSON report (or several concatenated JSON objects).
-
-        A file without a usable report still names one node: `host_hint`, else the file
-        name without its last suffix.
-        """
-        decoder = json.JSONDecoder()
-        position = 0
-        found = 0
-        length = len(text)
-        while True:
-            while position < length and text[position].isspace():
-                position += 1
-            if position >= length:
-                break
-            if text[position] not in "{[":
-                host = host_hint or Path(source).stem
-                self._store_file_fallback(no_report(host, NodeGrade.INVALID, f"{source}: not a netdoctor report: {_first_line(text, position)!r}", source))
-                return
-            try:
-                data, position = decoder.raw_decode(text, position)
-            except json.JSONDecodeError as error:
-                host = host_hint or Path(source).stem
-                self._store_file_fallback(no_report(host, NodeGrade.INVALID, f"{source}: not valid JSON ({describe_json_error(error)})", source))
-                return
-            found += 1
-            summary = summarize_report(data, source, None)
-            if summary.host == "?":
-                summary = summarize_report(data, source, host_hint or Path(source).stem)
-            self._store(summary)
-        if not found:
-            host = host_hint or Path(source).stem
-            self._store_file_fallback(no_report(host, NodeGrade.UNREACHABLE, f"{source}: empty report file", source))
-
-    def add_path(self, path: Path, *, in_directory: bool = False) -> None:
-        """A saved input: a directory of JSON reports, a JSON report file, or pdsh output.
-
-        See the module docstring for which file is one node's report and which node a
-        file without a usable report names.
-        """
-        if path.is_dir():
-            for entry in sorted(os.scandir(path), key=lambda entry: entry.name):
-                if entry.name.startswith("."):
-                    continue
-                try:
-                    regular = entry.is_file()
-                except OSError as error:   # a symlink loop in the directory
-                    log.warning("fleet input skipped", path=entry.path, error=error.strerror or str(error))
-                    continue
-                if regular:
-                    self.add_path(Path(entry.path), in_directory=True)
-            return
-        try:
-            handle = path.open("r", encoding="utf-8", errors="replace")
-        except OSError as error:
-            raise UsageError(f"cannot read fleet input {path}: {error.strerror or error}") from error
-        source = str(path)
-        stderr_capture = path.suffix == _STDERR_SUFFIX
-        with handle:
-            first_line = _first_non_blank_line(handle)
-            handle.seek(0)
-            first = first_line[:1]
-            if not first:
-                if (in_directory or path.suffix == ".json") and not stderr_capture:
-                    self.add_document("", source)
-                else:
-                    log.warning("fleet input is empty", path=source)
-                return
-            shell_output = (
-                _HOST_LINE.match(first_line) is not None
-                or first_line.startswith(_SHELL_STARTS)
-                or stderr_capture
-            )
-            # A `.json` file may still be a saved pdsh sweep (`pdsh ... > sweep.json`).
-            if first in "{[" or (not shell_output and (in_directory or path.suffix == ".json")):
-                self.add_document(handle.read(), source)
-                return
-            attributed, unattributed = self._attributed_lines, self.unattributed_lines
-            self.feed_text(_chunks(handle), source)
-            if self._attributed_lines == attributed and self.unattributed_lines > unattributed and not stderr_capture:
-                # Not one line named a host: not pdsh output, just a file of something else.
-                self._store_file_fallback(no_report(path.stem, NodeGrade.INVALID, f"{source}: not a netdoctor report: {first_line.strip()[:_MAX_NOISE_CHARS]!r}", source))
+            self._shell.note_stderr(host, text)
 
     # ---- result -------------------------------------------------------------------------
 
     def finish(self, expected_hosts: Iterable[str] = ()) -> list[NodeSummary]:
         """One summary per host seen or expected; nothing is dropped."""
-        for host, lines in list(self._pending.items()):
-            joined = _strip_prefix(lines, f"{host}: ")
+        for host, run in list(self._pending.items()):
+            joined = _strip_prefix(run.lines, run.prefix)
             try:
-                data = json.loads(joined)
-            except json.JSONDecodeError as error:
+                data = decode_whole(joined)
+            except ValueError as error:
                 self._store(no_report(host, NodeGrade.INVALID, f"incomplete or garbled JSON report ({describe_json_error(error)})"))
             else:
                 self._store(summarize_report(data, "", host))
         self._pending.clear()
         self._run = None
-        hosts = set(self._summaries) | set(self._noise) | set(self._shell_messages) | self._timed_out | set(self._exit_codes)
+        hosts = set(self._summaries) | set(self._noise) | self._shell.hosts()
         hosts.update(expected_hosts)
         result: list[NodeSummary] = []
         for host in hosts:
             summary = self._summaries.get(host)
             if summary is None:
                 summary = self._explain_missing(host)
+            elif summary.reported_host is not None and summary.reported_host in hosts:
+                summary = refusal(summary, f"its report names another host of the sweep, {summary.reported_host!r}")
             result.append(summary)
         if self.unattributed_lines:
             log.warning("fleet input lines without a `host: ` prefix were ignored", lines=self.unattributed_lines)
@@ -354,11 +270,14 @@ class FleetCollector:
 
     def _feed_host_text(self, host: str, text: str, source: str) -> None:
         self._attributed_lines += 1
-        pending = self._pending.get(host)
-        if pending is not None:
-            run = self._start_run(host, pending, source)
-            pending.append(f"{host}: {text}")
-            if text.rstrip() == "}":
+        if host in self._refused:
+            return
+        run = self._pending.get(host)
+        if run is not None:
+            run.source, run.blocks = source, True
+            self._run = run
+            self._append(run, f"{host}: {text}")
+            if text.startswith("}") and self._run is run and not text[1:].strip().startswith(_INNER_CLOSE):
                 self._close_run(run)
             return
         stripped = text.strip()
@@ -366,73 +285,85 @@ class FleetCollector:
             return
         if not stripped.startswith("{"):
             if stripped == "command timeout":
-                self._timed_out.add(host)
+                self._shell.note_timeout(host)
                 return
             self._note_noise(host, stripped)
             return
-        if stripped != "{" and stripped.endswith("}"):
-            # The common case: `netdoctor check --format json` printed one line.
+        if stripped != "{":
+            # The common case: `netdoctor check --format json` printed one line. Not the
+            # first line of a pretty-printed report (`{`), which is left undecoded.
             try:
-                data = json.loads(stripped)
+                data, end = raw_decode(stripped)
             except json.JSONDecodeError:
                 pass
-            else:
-                self._store(summarize_report(data, source, host))
+            except BadJson as error:
+                self._refuse(host, f"not valid JSON ({error})", source)
                 return
-        if stripped != "{":            # the first line of a pretty-printed report: no decode
-            try:
-                data, end = _DECODER.raw_decode(stripped)
-            except json.JSONDecodeError:
-                pass
             else:
-                rest = stripped[end:]
-                if _GLUED_HOST_LINE.match(rest):
-                    self._store(summarize_report(data, source, host))
-                    self.feed_line(rest + "\n", source)
-                    return
-        pending = [f"{host}: {text}"]
-        self._pending[host] = pending
-        self._start_run(host, pending, source)
+                self._end_report(host, data, stripped[end:], source)
+                return
+        run = self._run = self._pending[host] = _Run(host, [f"{host}: {text}"], source)
+        if run.size > MAX_REPORT_CHARS:
+            self._overflow(run)
 
-    def _start_run(self, host: str, pending: list[str], source: str) -> _Run:
-        run = self._run = _Run(host, pending, source)
-        return run
+    def _append(self, run: _Run, line: str) -> None:
+        run.lines.append(line)
+        run.size += len(line) + _LINE_OVERHEAD
+        if run.size > MAX_REPORT_CHARS:
+            self._overflow(run)
+
+    def _overflow(self, run: _Run) -> None:
+        self._drop_run(run)
+        self._refuse(run.host, f"output larger than {MAX_REPORT_CHARS >> 20} MiB; not read further", run.source)
 
     def _close_run(self, run: _Run) -> None:
+        """A `}` at column 0: the end of the run's object, unless it does not decode yet."""
+        text = _strip_prefix(run.lines, run.prefix)
         try:
-            data = json.loads(_strip_prefix(run.lines, run.prefix))
+            data, end = raw_decode(text)
         except json.JSONDecodeError:
             return                     # an inner `}` line of a garbled object: keep reading
-        self._end_run(run, data)
+        except BadJson as error:
+            self._drop_run(run)
+            self._refuse(run.host, f"not valid JSON ({error})", run.source)
+            return
+        self._drop_run(run)
+        self._end_report(run.host, data, text[end:], run.source)
 
     def _end_run(self, run: _Run, data: object) -> None:
-        """The run's JSON object is complete: summarize it and forget its lines."""
-        del self._pending[run.host]
-        self._run = None
+        """The run's JSON object is complete (and nothing follows it): summarize it."""
+        self._drop_run(run)
         self._store(summarize_report(data, run.source, run.host))
 
-    def _split_glued(self, run: _Run, line: str, source: str) -> None:
-        """`n1: }n4: text`: end n1's object at its `}` and feed the rest as n4's line."""
-        rest = line[len(run.brace):]
-        if not _GLUED_HOST_LINE.match(rest):
-            # Only `}` at column 0 of an object printed with indent=0, like `n1: },`.
-            run.lines.append(line)
-            return
-        run.lines.append(run.brace + "\n")
-        self._close_run(run)
-        self.feed_line(rest, source)
+    def _drop_run(self, run: _Run) -> None:
+        self._pending.pop(run.host, None)
+        if self._run is run:
+            self._run = None
 
-    def _note_shell_error(self, line: str) -> None:
-        self._attributed_lines += 1
-        if len(self._shell_errors) < _KEPT_NOISE_LINES:
-            self._shell_errors.append(line[:_MAX_NOISE_CHARS])
+    def _end_report(self, host: str, data: object, rest: str, source: str) -> None:
+        """A sender's report is complete; anything after it on its line is the sender's too."""
+        rest = rest.strip()
+        if rest:
+            self._refuse(host, f"text after its report on the same line: {rest[:_MAX_NOISE_CHARS]!r}", source)
+        else:
+            self._store(summarize_report(data, source, host))
+
+    def _refuse(self, host: str, why: str, source: str = "") -> None:
+        """The sender is `invalid` for what it sent; the rest of its output is dropped."""
+        self._refused.add(host)
+        self._file_fallbacks.discard(host)
+        self._summaries[host] = no_report(host, NodeGrade.INVALID, why, source)
 
     def _store(self, summary: NodeSummary) -> None:
-        if summary.host in self._file_fallbacks:
-            self._file_fallbacks.discard(summary.host)
-        elif summary.host in self._summaries:
-            log.warning("more than one report for a host; keeping the last", host=summary.host, source=summary.source)
-        self._summaries[summary.host] = summary
+        host = summary.host
+        if host in self._refused:
+            return
+        if host in self._file_fallbacks:
+            self._file_fallbacks.discard(host)
+        elif host in self._summaries:
+            self._refuse(host, "more than one report from this sender", summary.source)
+            return
+        self._summaries[host] = summary
 
     def _store_file_fallback(self, summary: NodeSummary) -> None:
         """The node of a report file without a usable report; never replaces a real report."""
@@ -449,42 +380,16 @@ class FleetCollector:
         if len(kept) < _KEPT_NOISE_LINES:
             kept.append(text[:_MAX_NOISE_CHARS])
 
-    def _note_shell_message(self, host: str, message: str) -> None:
-        self._attributed_lines += 1
-        if _TIMEOUT.search(message):
-            self._timed_out.add(host)
-        code = _EXIT_CODE.search(message)
-        if code:
-            self._exit_codes[host] = int(code["code"])
-            return
-        messages = self._shell_messages.setdefault(host, [])
-        if len(messages) < _KEPT_NOISE_LINES:
-            messages.append(message[:_MAX_NOISE_CHARS])
-
     def _explain_missing(self, host: str) -> NodeSummary:
         noise = self._noise.get(host)
         if noise:
             count = self._noise_count[host]
-            more = f" (+{count - 1} more lines)" if count > 1 else ""
+            more = f" (and {count - 1} more line{'s' if count > 2 else ''})" if count > 1 else ""
             return no_report(host, NodeGrade.INVALID, f"not a netdoctor report: {noise[0]!r}{more}")
-        details: list[str] = []
-        if host in self._timed_out:
-            details.append(f"command timeout after {self._command_timeout_s:g} s" if self._command_timeout_s else "command timeout")
-        elif host in self._exit_codes:
-            details.append(f"no output, exit code {self._exit_codes[host]}")
-        else:
-            details.append("no output")
-        # After a timeout pdsh adds `bash killed by signal 15`: the timeout already says it.
-        messages = [
-            message
-            for message in self._shell_messages.get(host, [])
-            if not _TIMEOUT.search(message) and not (host in self._timed_out and "killed by signal" in message)
-        ]
-        if messages:
-            details.append(messages[0])
-        elif self._shell_errors:
-            details.append(self._shell_errors[0])
-        return no_report(host, NodeGrade.UNREACHABLE, ": ".join(details))
+        return self._shell.explain(host)
+
+    def _attributed(self) -> int:
+        return self._attributed_lines + self._shell.attributed_lines
 
 
 def _strip_prefix(lines: list[str], prefix: str) -> str:
@@ -495,32 +400,3 @@ def _strip_prefix(lines: list[str], prefix: str) -> str:
     """
     joined = "".join(lines) if lines[0].endswith("\n") else "\n".join(lines)
     return joined[len(prefix):].replace("\n" + prefix, "\n")
-
-
-_CHUNK_CHARS = 1 << 22
-
-
-def _chunks(handle: TextIO) -> Iterator[str]:
-    """The file in pieces of about 4 Mi characters, each ending at a line end."""
-    while True:
-        chunk = handle.read(_CHUNK_CHARS)
-        if not chunk:
-            return
-        if not chunk.endswith("\n"):
-            chunk += handle.readline()
-        yield chunk
-
-
-def _first_non_blank_line(handle: Iterator[str]) -> str:
-    """The first line that is not blank, without its leading blanks ("" when none)."""
-    for line in handle:
-        stripped = line.lstrip()
-        if stripped:
-            return stripped
-    return ""
-
-
-def _first_line(text: str, position: int) -> str:
-    """The line of `text` starting at `position`, cut for a summary."""
-    end = text.find("\n", position, position + _MAX_NOISE_CHARS + 1)
-    return text[position:end if end >= 0 else position + _MAX_NOISE_CHARS].rstrip()

@@ -32,6 +32,14 @@ _WARN_SEVERITY = _STATUS_SEVERITY["warn"]
 CHECK_ORDER = builtin_check_order()
 _CHECK_POSITION = {check: position for position, check in enumerate(CHECK_ORDER)}
 
+# What the fleet keeps of a node's text (summaries, names): one node's report can cost the
+# report a bounded amount, however long its strings. More check ids than any pack has is
+# not a netdoctor report (and would widen every node's row of the HTML grid).
+_MAX_KEPT_CHARS = 500
+_MAX_CHECKS = 200
+_MAX_CHECK_ID_CHARS = 64
+_MAX_GROWTH = 10**300
+
 
 class NodeGrade(enum.StrEnum):
     PASS = "pass"
@@ -104,6 +112,10 @@ class NodeSummary:
     check_summaries: Mapping[str, str] = field(default_factory=dict)
     metrics: Mapping[str, float] = field(default_factory=dict)
     source: str = ""
+    # The `host` the report names where that is not the sender (an alias, an FQDN).
+    reported_host: str | None = None
+    # How many more findings of the node are warn or worse, besides the top one.
+    other_findings: int = 0
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -111,11 +123,27 @@ class NodeSummary:
             "grade": str(self.grade),
             "top": self.top.to_json() if self.top else None,
         }
+        if self.reported_host is not None:
+            data["reported_host"] = self.reported_host
+        if self.other_findings:
+            data["other_findings"] = self.other_findings
         if self.check_statuses:
             data["checks"] = dict(self.check_statuses)
         if self.metrics:
             data["metrics"] = dict(self.metrics)
         return data
+
+    def headline(self) -> str:
+        """The top finding, and how many more there are, on one line."""
+        if self.top is None:
+            return ""
+        others = self.other_findings
+        more = f" (and {others} other finding{'s' if others != 1 else ''})" if others else ""
+        return self.top.describe() + more
+
+    def label(self) -> str:
+        """The sender's name, with the name its report gave where that differs."""
+        return f"{self.host} (reports as {self.reported_host})" if self.reported_host is not None else self.host
 
 
 def no_report(host: str, grade: NodeGrade, reason: str, source: str = "") -> NodeSummary:
@@ -131,16 +159,18 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
     if not isinstance(data, dict):
         return no_report(host_hint or "?", NodeGrade.INVALID, f"not a netdoctor report: JSON {type(data).__name__}", source)
     reported_host = data.get("host")
-    host = host_hint or (reported_host if isinstance(reported_host, str) and reported_host else "?")
+    named = reported_host[:_MAX_KEPT_CHARS] if isinstance(reported_host, str) and reported_host else None
+    host = host_hint or named or "?"
+    alias = named if named is not None and named != host else None
     schema = data.get("schema")
     if not isinstance(schema, str) or not schema.startswith(REPORT_SCHEMA_PREFIX):
-        return no_report(host, NodeGrade.INVALID, f"not a netdoctor report: schema {schema!r}", source)
+        return no_report(host, NodeGrade.INVALID, f"not a netdoctor report: schema {_kept(repr(schema))}", source)
     try:
         grade = NodeGrade(data.get("grade"))
     except ValueError:
-        return no_report(host, NodeGrade.INVALID, f"report has no valid grade: {data.get('grade')!r}", source)
+        return no_report(host, NodeGrade.INVALID, f"report has no valid grade: {_kept(repr(data.get('grade')))}", source)
     if grade in (NodeGrade.UNREACHABLE, NodeGrade.INVALID):
-        return no_report(host, NodeGrade.INVALID, f"report has no valid grade: {data.get('grade')!r}", source)
+        return no_report(host, NodeGrade.INVALID, f"report has no valid grade: {_kept(repr(data.get('grade')))}", source)
     findings = data.get("findings")
     if not isinstance(findings, list):
         return no_report(host, NodeGrade.INVALID, "report has no findings list", source)
@@ -160,6 +190,7 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
     grade_status = str(grade)
     error_growth = 0.0
     saw_counters = False
+    flagged = 0
     intern = sys.intern
     for finding in findings:
         if finding.__class__ is not dict:
@@ -174,7 +205,8 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
             if evidence.__class__ is dict:
                 growth = evidence.get(ERROR_GROWTH_EVIDENCE)
                 growth_kind = growth.__class__
-                if growth_kind is int or (growth_kind is float and math.isfinite(growth)):
+                # An int beyond a float's range would raise when added: not a counter.
+                if (growth_kind is int and -_MAX_GROWTH < growth < _MAX_GROWTH) or (growth_kind is float and math.isfinite(growth)):
                     saw_counters = True
                     error_growth += growth
         # Fast path, most findings of a healthy fleet: a pass where the check already has
@@ -189,26 +221,34 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
             # Interned: ten thousand nodes share one copy of each check id and status.
             check_statuses[intern(check)] = intern(status)
         if severity >= _WARN_SEVERITY:
+            flagged += 1
             if check not in check_summaries:
-                check_summaries[check] = str(finding.get("summary") or "")
+                check_summaries[check] = _kept(finding.get("summary") or "")
             rank = _top_rank(check, status, severity, grade_status, required)
             if top_rank is None or rank < top_rank:
                 top, top_rank = finding, rank
 
+    if len(check_statuses) > _MAX_CHECKS or max(map(len, check_statuses), default=0) > _MAX_CHECK_ID_CHARS:
+        return no_report(host, NodeGrade.INVALID, f"not a netdoctor report: more than {_MAX_CHECKS} check ids, or one"
+                         f" longer than {_MAX_CHECK_ID_CHARS} characters", source)
     top_finding: TopFinding | None = None
     if top is not None and grade is not NodeGrade.PASS:
         top_finding = TopFinding(
-            summary=str(top.get("summary") or top.get("status")),
-            check=str(top["check"]),
-            subject=str(top.get("subject")) if top.get("subject") is not None else None,
+            summary=_kept(top.get("summary") or top.get("status")),
+            check=_kept(top["check"]),
+            subject=_kept(top.get("subject")) if top.get("subject") is not None else None,
         )
     metrics: dict[str, float] = {}
     probe = data.get("probe")
     if isinstance(probe, dict):
         busbw = probe.get("busbw_gbps")
         if isinstance(busbw, (int, float)) and not isinstance(busbw, bool):
+            if not math.isfinite(busbw):
+                return no_report(host, NodeGrade.INVALID, f"report's probe busbw_gbps is not a finite number: {busbw!r}", source)
             metrics[BUSBW_METRIC] = float(busbw)
     if saw_counters:
+        if not math.isfinite(error_growth):
+            return no_report(host, NodeGrade.INVALID, "report's error counter growth is not a finite number", source)
         metrics[ERROR_GROWTH_METRIC] = error_growth
     return NodeSummary(
         host=host,
@@ -218,7 +258,15 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
         check_summaries=check_summaries,
         metrics=metrics,
         source=source,
+        reported_host=alias,
+        other_findings=flagged - 1 if top_finding is not None else 0,
     )
+
+
+def _kept(value: object) -> str:
+    """A string of the report as the fleet keeps it: at most `_MAX_KEPT_CHARS` long."""
+    text = str(value)
+    return text if len(text) <= _MAX_KEPT_CHARS else text[:_MAX_KEPT_CHARS] + "…"
 
 
 def _top_rank(check: str, status: str, severity: int, grade: str, required: set[str]) -> tuple[int, int, int, str]:

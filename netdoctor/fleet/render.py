@@ -11,6 +11,7 @@ from ClusterShell.NodeSet import NodeSet
 
 from netdoctor.fleet.model import BUSBW_METRIC, GRADE_ORDER, NodeGrade, NodeSummary
 from netdoctor.fleet.report import FleetReport
+from netdoctor.textsafe import safe_text
 
 # Text output lists at most this many nodes per section, then folds the rest.
 _TEXT_LIST_LIMIT = 100
@@ -41,7 +42,7 @@ def render_json(report: FleetReport) -> str:
 def render_text(report: FleetReport) -> str:
     lines: list[str] = []
     counts = report.counts
-    lines.append(f"netdoctor fleet: {len(report.nodes)} nodes (generated {report.generated_at})")
+    lines.append(f"netdoctor fleet: {_nodes(len(report.nodes))} (generated {report.generated_at})")
     lines.append("  " + "  ".join(f"{grade} {counts[grade]}" for grade in counts))
     problem_nodes = [node for node in report.nodes if node.grade in _PROBLEM_GRADES]
     attention_nodes = [node for node in report.nodes if node.grade in _ATTENTION_GRADES]
@@ -57,16 +58,18 @@ def render_text(report: FleetReport) -> str:
     if tallies:
         lines.append("")
         lines.append("Checks failing most:")
-        width = max(len(tally.check) for tally in tallies)
-        for tally in tallies:
-            lines.append(f"  {tally.check:<{width}}  fail {tally.fail:>5}  unknown {tally.unknown:>5}  warn {tally.warn:>5}")
+        names = [safe_text(tally.check) for tally in tallies]
+        width = max(map(len, names))
+        for name, tally in zip(names, tallies):
+            lines.append(f"  {name:<{width}}  fail {tally.fail:>5}  unknown {tally.unknown:>5}  warn {tally.warn:>5}")
     if report.outliers:
         lines.append("")
         lines.append(f"Fleet outliers (robust z-score beyond {report.outlier_threshold:g}):")
-        width = max(len(outlier.host) for outlier in report.outliers)
-        for outlier in report.outliers:
+        hosts = [safe_text(outlier.host) for outlier in report.outliers]
+        width = max(map(len, hosts))
+        for host, outlier in zip(hosts, report.outliers):
             lines.append(
-                f"  {outlier.host:<{width}}  {outlier.metric} {outlier.value:g}"
+                f"  {host:<{width}}  {outlier.metric} {outlier.value:g}"
                 f" (fleet median {outlier.fleet_median:g}, z {outlier.robust_z:+.1f})"
             )
     passing = [node.host for node in report.nodes if node.grade is NodeGrade.PASS]
@@ -76,10 +79,15 @@ def render_text(report: FleetReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _nodes(count: int) -> str:
+    return f"{count} node" if count == 1 else f"{count} nodes"
+
+
 def _node_lines(nodes: list[NodeSummary]) -> list[str]:
     shown = nodes[:_TEXT_LIST_LIMIT]
-    width = max(len(node.host) for node in shown)
-    lines = [f"  {node.host:<{width}}  {node.grade:<11}  {node.top.describe() if node.top else ''}".rstrip() for node in shown]
+    labels = [safe_text(node.label()) for node in shown]
+    width = max(map(len, labels))
+    lines = [f"  {label:<{width}}  {node.grade:<11}  {safe_text(node.headline())}".rstrip() for label, node in zip(labels, shown)]
     rest = nodes[_TEXT_LIST_LIMIT:]
     if rest:
         lines.append(f"  ... and {len(rest)} more: {_fold([node.host for node in rest])}")
@@ -87,10 +95,12 @@ def _node_lines(nodes: list[NodeSummary]) -> list[str]:
 
 
 def _fold(hosts: list[str]) -> str:
+    """The hosts as a folded host list (`node[001-128]`), safe to print."""
     try:
-        return str(NodeSet.fromlist(hosts))
+        folded = str(NodeSet.fromlist(hosts))
     except Exception:  # ClusterShell refuses some odd names; a plain list loses nothing.
-        return ",".join(hosts)
+        folded = ",".join(hosts)
+    return safe_text(folded)
 
 
 _STATUS_LETTER = {"pass": "·", "warn": "W", "fail": "F", "unknown": "U", "skip": "–"}
@@ -137,13 +147,18 @@ _SCRIPT = """
 """
 
 
+def _escape(text: str) -> str:
+    """Markup and control characters of node text escaped for the page."""
+    return html.escape(safe_text(text))
+
+
 def render_html(report: FleetReport) -> str:
-    escape = html.escape
+    escape = _escape
     counts = report.counts
     parts: list[str] = [
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
-        f"<title>netdoctor fleet: {len(report.nodes)} nodes</title><style>{_CSS}</style></head><body>",
-        f"<h1>netdoctor fleet report: {len(report.nodes)} nodes</h1>",
+        f"<title>netdoctor fleet: {_nodes(len(report.nodes))}</title><style>{_CSS}</style></head><body>",
+        f"<h1>netdoctor fleet report: {_nodes(len(report.nodes))}</h1>",
         f"<div>generated {escape(report.generated_at)} &nbsp; ",
     ]
     for grade in GRADE_ORDER:
@@ -182,7 +197,7 @@ def render_html(report: FleetReport) -> str:
     parts.append("<th>worst finding</th></tr></thead><tbody>")
     outlier_hosts = {outlier.host for outlier in report.outliers}
     for node in report.nodes:
-        host = escape(node.host)
+        host = escape(node.label())
         flag = " outlier" if node.host in outlier_hosts else ""
         parts.append(f"<tr data-g=\"{node.grade}\"><td class=\"host\">{host}</td><td class=\"g g-{node.grade}{flag}\">{node.grade}</td>")
         for check in report.checks:
@@ -193,7 +208,7 @@ def render_html(report: FleetReport) -> str:
             summary = node.check_summaries.get(check)
             title = f" title=\"{escape(check)}: {escape(summary)}\"" if summary else ""
             parts.append(f"<td class=\"c s-{status}\"{title}>{_STATUS_LETTER.get(status, '?')}</td>")
-        top = escape(node.top.describe()) if node.top else ""
+        top = escape(node.headline())
         parts.append(f"<td class=\"top\">{top}</td></tr>")
     parts.append(f"</tbody></table><script>{_SCRIPT}</script></body></html>\n")
     return "".join(parts)
@@ -222,14 +237,14 @@ def busbw_histogram_svg(values: list[float], outlier_hosts: set[str]) -> str:
         bin_high = low + span * (index + 1) / bins
         parts.append(
             f"<rect class=\"bar\" x=\"{x:.1f}\" y=\"{y:.1f}\" width=\"{max(bar_width - 1, 1):.1f}\" height=\"{bar_height:.1f}\" fill=\"#1565c0\">"
-            f"<title>{bin_low:.1f}–{bin_high:.1f} GB/s: {count} nodes</title></rect>"
+            f"<title>{bin_low:.1f}–{bin_high:.1f} GB/s: {_nodes(count)}</title></rect>"
         )
     median_x = margin + (median - low) / span * (width - 2 * margin)
     parts.append(f"<line x1=\"{median_x:.1f}\" x2=\"{median_x:.1f}\" y1=\"{margin - 6}\" y2=\"{height - margin}\" stroke=\"#c62828\" stroke-dasharray=\"4 3\"/>")
     parts.append(f"<text x=\"{median_x + 3:.1f}\" y=\"{margin - 8}\">median {median:.1f}</text>")
     parts.append(f"<text x=\"{margin}\" y=\"{height - 8}\">{low:.1f}</text>")
     parts.append(f"<text x=\"{width - margin}\" y=\"{height - 8}\" text-anchor=\"end\">{high:.1f}</text>")
-    parts.append(f"<text x=\"{width / 2:.0f}\" y=\"{height - 8}\" text-anchor=\"middle\">{len(values)} nodes, {len(outlier_hosts)} low outliers</text>")
+    parts.append(f"<text x=\"{width / 2:.0f}\" y=\"{height - 8}\" text-anchor=\"middle\">{_nodes(len(values))}, {len(outlier_hosts)} low outliers</text>")
     parts.append("</svg>")
     return "".join(parts)
 

@@ -33,6 +33,11 @@ HOST_PLACEHOLDER = "{host}"
 # Seconds the whole sweep may run beyond per-node timeout x rounds of fan-out.
 _SWEEP_MARGIN_S = 30.0
 
+# Run on each node around the remote command: its output ends with a newline even where the
+# command's does not (pdsh glues an unterminated last line onto another node's line), and
+# the command's exit status is kept for the shell to report.
+_NEWLINE_AFTER = "; rc=$?; echo; exit $rc"
+
 
 @dataclass(frozen=True)
 class SweepOptions:
@@ -69,6 +74,11 @@ def parse_hosts(hosts: str) -> NodeSet:
 def remote_argv(options: SweepOptions) -> list[str]:
     """The command each node runs, as an argument list (may hold the `{host}` placeholder)."""
     if options.remote_command:
+        passed = [flag for flag, given in (("--no-probe", options.no_probe), ("--rules", options.rules is not None),
+                                            ("--deadline", options.deadline_s is not None)) if given]
+        if passed:
+            raise UsageError(f"{', '.join(passed)} cannot be passed to a --remote-command (it replaces "
+                             "`netdoctor check`): put them in the remote command")
         try:
             argv = shlex.split(options.remote_command)
         except ValueError as error:
@@ -104,29 +114,35 @@ def build_sweep_command(options: SweepOptions) -> list[str]:
         if rcmd != "exec":                 # pdsh refuses a connect timeout with exec
             command += ["-t", connect_timeout]
         command += ["-u", timeout, "-w", str(node_set)]
-        remote = [part.replace(HOST_PLACEHOLDER, "%h") for part in argv]
+        remote = _newline_terminated(argv)
         # The exec module runs argv directly; ssh/rsh join it with spaces for the remote
         # shell, so there it must be quoted into one string.
         return command + (remote if rcmd == "exec" else [shlex.join(remote)])
     if options.via == "clush":
         rcmd = options.rcmd or "ssh"
-        remote = shlex.join([part.replace(HOST_PLACEHOLDER, "%h") for part in argv])
+        remote = shlex.join(_newline_terminated(argv))
         return ["clush", "-R", rcmd, "-f", str(options.fanout), "-t", connect_timeout, "-u", timeout, "-w", str(node_set), remote]
     if options.rcmd:
         raise UsageError("--rcmd does not apply to --via srun")
-    # srun labels lines with task ranks, not node names, so each task prefixes its own
-    # output with $SLURMD_NODENAME; `timeout` stands in for pdsh's per-command timeout.
+    # srun labels each line with its task number (`--label`), and `--distribution=arbitrary`
+    # puts task i on the i-th node of the list: SLURM says which node a line came from,
+    # never the node itself. `timeout` stands in for pdsh's per-command timeout.
     quoted = shlex.join(argv).replace(HOST_PLACEHOLDER, "'\"$SLURMD_NODENAME\"'").replace("%h", "'\"$SLURMD_NODENAME\"'")
     script = (
-        f"out=$(timeout -k 5 {timeout} {quoted} 2>/dev/null); rc=$?; "
-        "[ -n \"$out\" ] && printf '%s\\n' \"$out\" | sed \"s/^/$SLURMD_NODENAME: /\"; "
-        "[ $rc -eq 124 ] && echo \"netdoctor-sweep: $SLURMD_NODENAME: command timeout\" >&2; "
+        f"timeout -k 5 {timeout} {quoted}; rc=$?; echo; "
+        "[ $rc -eq 124 ] && echo 'command timeout' >&2; "
         "exit $rc"
     )
     return [
-        "srun", "--nodelist", str(node_set), "--nodes", str(len(node_set)), "--ntasks-per-node=1",
-        "--kill-on-bad-exit=0", "--job-name=netdoctor-sweep", "sh", "-c", script,
+        "srun", "--nodelist", ",".join(node_set), "--ntasks", str(len(node_set)), "--distribution=arbitrary",
+        "--label", "--kill-on-bad-exit=0", "--job-name=netdoctor-sweep", "sh", "-c", script,
     ]
+
+
+def _newline_terminated(argv: list[str]) -> list[str]:
+    """`argv` (placeholders as pdsh/clush's `%h`) run by `sh`, its output ending in a newline."""
+    remote = shlex.join(part.replace(HOST_PLACEHOLDER, "%h") for part in argv)
+    return ["sh", "-c", remote + _NEWLINE_AFTER]
 
 
 def run_sweep(options: SweepOptions) -> SweepResult:
@@ -135,37 +151,32 @@ def run_sweep(options: SweepOptions) -> SweepResult:
     node_set = parse_hosts(options.hosts)
     rounds = math.ceil(len(node_set) / options.fanout) if options.via != "srun" else 1
     budget = options.timeout_s * rounds + _SWEEP_MARGIN_S
-    collector = FleetCollector(command_timeout_s=options.timeout_s)
+    collector = FleetCollector(command_timeout_s=options.timeout_s, hosts=node_set, labelled=options.via == "srun")
     log.info("fleet sweep", command=command, hosts=len(node_set), budget_s=budget)
     started = time.monotonic()
-    stderr_lines: list[str] = []
     try:
         # The runner's watchdog stops the whole group (pdsh and every ssh it forked) at
         # the budget, even while this thread blocks reading the shell's output.
         with spawn(command, env=os.environ, timeout_s=budget, text=True, watchdog=True) as group:
             process = group.process
             assert process.stdout is not None and process.stderr is not None
-            stderr_reader = threading.Thread(target=lambda: stderr_lines.extend(process.stderr),  # type: ignore[arg-type]
-                                             daemon=True)
+            stderr_reader = threading.Thread(target=collector.feed_stderr, args=(process.stderr,), daemon=True)
             stderr_reader.start()
-            for line in process.stdout:
-                collector.feed_line(line, options.via)
+            collector.feed_stream(process.stdout, options.via)
             if not group.wait():
                 log.error("fleet sweep ran past its budget; killed it", budget_s=budget)
+            stderr_reader.join(timeout=5)
             killed = group.timed_out
     except FileNotFoundError as error:
         raise UsageError(f"{command[0]} is not installed or not on PATH (needed by --via {options.via})") from error
     except PermissionError as error:
         raise UsageError(f"cannot run {command[0]}: {error}") from error
     returncode = process.returncode
-    stderr_reader.join(timeout=5)
-    for line in stderr_lines:
-        collector.feed_stderr_line(line)
     if killed:
         for host in node_set:
             collector.feed_stderr_line(f"netdoctor-sweep: {host}: sweep killed after {budget:g} s (command timeout)")
     duration = time.monotonic() - started
-    # pdsh and clush exit non-zero whenever a node's netdoctor does (1 warn, 2 fail): normal.
+    # The shell's own status says nothing the nodes' do not (pdsh passes theirs on only with -S).
     log.info("fleet sweep done", returncode=returncode, duration_s=round(duration, 2))
     return SweepResult(
         nodes=collector.finish(expected_hosts=node_set),

@@ -1,0 +1,157 @@
+"""Saved fleet inputs: a directory, one node's report file, or a saved parallel-shell output.
+
+Saved files (`fleet report FILE|DIR ...`) are of two kinds. One node's report file: a
+file that starts with JSON; or a `*.json` file, or any file found in a directory given,
+whose first line does not read as `host: line` output. Its node is the `host` of the
+report inside; without a usable report it is listed under the file name less its last
+suffix (`bad.json` -> `bad`): `invalid` when it holds anything else (garbage, broken
+JSON), `unreachable` when it is empty (the node gave no answer). Otherwise parallel-shell
+output, whose hosts are listed; such a file in which no line names a host is listed
+under its name as `invalid`, and an empty one names nobody. `*.err` files are stderr
+captures: they explain nodes and never name one themselves (an empty `sweep.err` is the
+normal case).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import structlog
+
+from netdoctor.errors import UsageError
+from netdoctor.fleet.bounded import MAX_REPORT_CHARS, bounded_lines, chunks, describe_json_error, raw_decode, read_head
+from netdoctor.fleet.model import NodeGrade, NodeSummary, no_report, summarize_report
+from netdoctor.fleet.shell import MAX_LINE_CHARS as _MAX_NOISE_CHARS
+from netdoctor.fleet.shell import SHELL_STARTS
+
+log = structlog.get_logger(__name__)
+
+# The first line of parallel-shell output in a file found in a directory: `node017: {`.
+_HOST_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*: ")
+_STDERR_SUFFIX = ".err"
+
+
+def refusal(summary: NodeSummary, why: str) -> NodeSummary:
+    """The sender's entry made `invalid` for `why`, keeping the name its report gave."""
+    return replace(no_report(summary.host, NodeGrade.INVALID, why, summary.source), reported_host=summary.reported_host)
+
+
+class SavedInputs:
+    """`FleetCollector`'s reading of saved files; the collector gives the methods below."""
+
+    unattributed_lines: int
+
+    def feed_text(self, chunks: Iterable[str], source: str = "") -> None:
+        raise NotImplementedError
+
+    def _store(self, summary: NodeSummary) -> None:
+        raise NotImplementedError
+
+    def _store_file_fallback(self, summary: NodeSummary) -> None:
+        raise NotImplementedError
+
+    def _attributed(self) -> int:
+        raise NotImplementedError
+
+    def add_document(self, text: str, source: str, host_hint: str | None = None, *, cut: bool = False) -> None:
+        """A file holding one JSON report (`cut`: only its head was read).
+
+        The file is one sender: its node is the report's `host`; a file without a usable
+        report still names one node, `host_hint`, else the file name without its last
+        suffix. A second JSON value in the file makes that node `invalid`.
+        """
+        fallback_host = host_hint or Path(source).stem
+        position = 0
+        length = len(text)
+        while position < length and text[position].isspace():
+            position += 1
+        if position >= length:
+            self._store_file_fallback(no_report(fallback_host, NodeGrade.UNREACHABLE, f"{source}: empty report file", source))
+            return
+        if text[position] not in "{[":
+            self._store_file_fallback(no_report(fallback_host, NodeGrade.INVALID, f"{source}: not a netdoctor report: {_first_line(text, position)!r}", source))
+            return
+        if cut:
+            self._store_file_fallback(no_report(fallback_host, NodeGrade.INVALID, f"{source}: larger than {MAX_REPORT_CHARS >> 20} MiB", source))
+            return
+        try:
+            data, position = raw_decode(text, position)
+        except ValueError as error:
+            self._store_file_fallback(no_report(fallback_host, NodeGrade.INVALID, f"{source}: not valid JSON ({describe_json_error(error)})", source))
+            return
+        summary = summarize_report(data, source, None)
+        if summary.host == "?":
+            summary = summarize_report(data, source, fallback_host)
+        if text[position:].strip():
+            summary = refusal(summary, f"{source}: more than one JSON value in one report file")
+        self._store(summary)
+
+    def add_path(self, path: Path, *, in_directory: bool = False) -> None:
+        """A saved input: a directory of JSON reports, a JSON report file, or pdsh output.
+
+        See the module docstring for which file is one node's report and which node a
+        file without a usable report names.
+        """
+        if path.is_dir():
+            for entry in sorted(os.scandir(path), key=lambda entry: entry.name):
+                if entry.name.startswith("."):
+                    continue
+                try:
+                    regular = entry.is_file()
+                except OSError as error:   # a symlink loop in the directory
+                    log.warning("fleet input skipped", path=entry.path, error=error.strerror or str(error))
+                    continue
+                if regular:
+                    self.add_path(Path(entry.path), in_directory=True)
+            return
+        try:
+            # Lines end only at "\n", as the parallel shell cut them (`exact_lines`).
+            handle = path.open("r", encoding="utf-8", errors="replace", newline="\n")
+        except OSError as error:
+            raise UsageError(f"cannot read fleet input {path}: {error.strerror or error}") from error
+        source = str(path)
+        stderr_capture = path.suffix == _STDERR_SUFFIX
+        with handle:
+            first_line = _first_non_blank_line(bounded_lines(handle))
+            handle.seek(0)
+            first = first_line[:1]
+            if not first:
+                if (in_directory or path.suffix == ".json") and not stderr_capture:
+                    self.add_document("", source)
+                else:
+                    log.warning("fleet input is empty", path=source)
+                return
+            shell_output = (
+                _HOST_LINE.match(first_line) is not None
+                or first_line.startswith(SHELL_STARTS)
+                or stderr_capture
+            )
+            # A `.json` file may still be a saved pdsh sweep (`pdsh ... > sweep.json`).
+            if first in "{[" or (not shell_output and (in_directory or path.suffix == ".json")):
+                text, cut = read_head(handle)
+                self.add_document(text, source, cut=cut)
+                return
+            attributed, unattributed = self._attributed(), self.unattributed_lines
+            self.feed_text(chunks(handle), source)
+            if self._attributed() == attributed and self.unattributed_lines > unattributed and not stderr_capture:
+                # Not one line named a host: not pdsh output, just a file of something else.
+                self._store_file_fallback(no_report(path.stem, NodeGrade.INVALID, f"{source}: not a netdoctor report: {first_line.strip()[:_MAX_NOISE_CHARS]!r}", source))
+
+
+def _first_non_blank_line(handle: Iterator[str]) -> str:
+    """The first line that is not blank, without its leading blanks ("" when none)."""
+    for line in handle:
+        stripped = line.lstrip()
+        if stripped:
+            return stripped
+    return ""
+
+
+def _first_line(text: str, position: int) -> str:
+    """The line of `text` starting at `position`, cut for a summary."""
+    end = text.find("\n", position, position + _MAX_NOISE_CHARS + 1)
+    return text[position:end if end >= 0 else position + _MAX_NOISE_CHARS].rstrip()
