@@ -18,15 +18,25 @@ PRODUCT = [REPOSITORY / "netdoctor", REPOSITORY / "plugins"]
 # Below every layer: shared words, errors, logging setup, small pure helpers.
 BASE = {"netdoctor", "netdoctor.vocabulary", "netdoctor.errors", "netdoctor.util", "netdoctor.logging",
         "netdoctor.textsafe"}
-# What each layer may import from netdoctor, besides BASE and itself.
+# What each layer may import from netdoctor, besides BASE and itself. The first matching
+# prefix is a module's layer: the probe's result types and bandwidth model are pure data and
+# arithmetic that checks judge with, so they sit below checks although probe/ (the engines,
+# which start processes through host) sits above.
 ALLOWED = {
     "netdoctor.host": set(),
     "netdoctor.parsers": set(),
+    "netdoctor.probe.expectation": set(),
+    "netdoctor.probe.result": {"netdoctor.probe.expectation"},
     "netdoctor.inventory": {"netdoctor.host", "netdoctor.parsers"},
-    "netdoctor.packs": {"netdoctor.inventory"},
-    "netdoctor.checks": {"netdoctor.inventory", "netdoctor.packs", "netdoctor.report", "netdoctor.probe.result"},
-    "netdoctor_plugins": {"netdoctor.inventory", "netdoctor.packs", "netdoctor.checks", "netdoctor.report",
-                          "netdoctor.probe.result", "netdoctor.parsers"},
+    "netdoctor.packs": {"netdoctor.inventory", "netdoctor.host.files"},
+    "netdoctor.checks": {"netdoctor.inventory", "netdoctor.packs", "netdoctor.report.model",
+                         "netdoctor.probe.result", "netdoctor.probe.expectation"},
+    "netdoctor_plugins": {"netdoctor.inventory", "netdoctor.packs", "netdoctor.checks", "netdoctor.report.model",
+                          "netdoctor.probe.result", "netdoctor.probe.expectation", "netdoctor.parsers",
+                          "netdoctor.vocabulary"},
+    "netdoctor.probe": {"netdoctor.host", "netdoctor.parsers", "netdoctor.inventory"},
+    "netdoctor.report": {"netdoctor.checks", "netdoctor.probe.result", "netdoctor.probe.expectation",
+                         "netdoctor.host.files"},
 }
 # Calls that reach the outside world: files, processes, raw descriptors.
 WORLD_CALLS = {"open", "os.open", "os.read", "os.write", "os.fdopen", "os.popen", "os.system", "os.fork",

@@ -29,7 +29,8 @@ from netdoctor.parsers import (
     parse_nvidia_smi_topo_matrix,
     parse_perfquery,
 )
-from netdoctor.parsers.nccl import parse_nccl_log, parse_nccl_tests
+from netdoctor.parsers.nccl import parse_nccl_log
+from netdoctor.parsers.nccl_tests import parse_nccl_tests
 from netdoctor.parsers.sysfs_values import (
     parse_counter,
     parse_hex_or_int,

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from netdoctor.errors import NothingToParse, ParseError
-from netdoctor.parsers.nccl import parse_nccl_log, parse_nccl_tests
+from netdoctor.parsers.nccl import parse_nccl_log
+from netdoctor.parsers.nccl_tests import parse_nccl_tests
 from tests.corpus_util import corpus_dir, corpus_files
 
 DEVICE = Path(__file__).parent / "data" / "device" / "nvidia-h200-x2"

@@ -27,6 +27,7 @@ from netdoctor.fleet.bounded import MAX_REPORT_CHARS, bounded_lines, chunks, des
 from netdoctor.fleet.model import NodeGrade, NodeSummary, no_report, summarize_report
 from netdoctor.fleet.shell import MAX_LINE_CHARS as _MAX_NOISE_CHARS
 from netdoctor.fleet.shell import SHELL_STARTS
+from netdoctor.host.files import open_text
 
 log = structlog.get_logger(__name__)
 
@@ -110,7 +111,7 @@ class SavedInputs:
             return
         try:
             # Lines end only at "\n", as the parallel shell cut them (`exact_lines`).
-            handle = path.open("r", encoding="utf-8", errors="replace", newline="\n")
+            handle = open_text(path)
         except OSError as error:
             raise UsageError(f"cannot read fleet input {path}: {error.strerror or error}") from error
         source = str(path)

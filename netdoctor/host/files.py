@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 # Waiting for a FIFO's reader when the caller names no deadline (the default --deadline).
 DEFAULT_WAIT_S = 10.0
@@ -233,3 +233,9 @@ def open_lock_file(path: Path) -> int:
         os.close(descriptor)
         raise
     return descriptor
+
+
+def open_text(path: Path) -> TextIO:
+    """The file at `path` as text whose lines end only at "\n" (a lone CR is data, as a parallel
+    shell cut the lines), undecodable bytes replaced. For large inputs read as a stream."""
+    return path.open("r", encoding="utf-8", errors="replace", newline="\n")

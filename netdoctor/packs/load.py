@@ -20,6 +20,7 @@ from typing import Any
 import structlog
 
 from netdoctor.errors import RulesError
+from netdoctor.host.files import read_regular
 from netdoctor.inventory.model import LinkLayer
 from netdoctor.packs.model import ROLES, STRUCTURE_TABLES, PortClass, RulePack
 
@@ -29,6 +30,8 @@ RULES_PACKAGE = "netdoctor_rules"
 DEFAULT_PACK = "default"
 SYSTEM_SITE_PATH = Path("/etc/netdoctor/rules.toml")
 SITE_ENV_VAR = "NETDOCTOR_RULES"
+# A rule pack is a page of TOML; anything near this size is not one.
+MAX_PACK_BYTES = 1 << 20
 
 PORT_CLASS_FIELDS = {
     "description": str,
@@ -64,13 +67,17 @@ def bundled_packs() -> dict[str, Path]:
 
 def _read_toml(path: Path, what: str) -> dict[str, Any]:
     try:
-        with path.open("rb") as stream:
-            return tomllib.load(stream)
-    except FileNotFoundError:
-        raise RulesError(f"{what} {path} does not exist") from None
+        data = read_regular(path, MAX_PACK_BYTES)
+        if data is None:
+            raise RulesError(f"{what} {path} does not exist")
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise RulesError(f"{what} {path} is not UTF-8 text: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise RulesError(f"{what} {path} is not valid TOML: {error}") from None
-    except OSError as error:
+    except ValueError as error:      # larger than a rule pack can be
+        raise RulesError(f"{what} {path} is too large: {error}") from None
+    except OSError as error:         # including UnsafePath: another user's file in a shared directory
         raise RulesError(f"{what} {path} cannot be read: {error.strerror or error}") from None
 
 

@@ -13,7 +13,6 @@ from netdoctor.errors import NothingToParse, ParseError
 from netdoctor.vocabulary import PhysState, PortState
 from netdoctor.parsers.common import (
     is_paste_noise,
-    numbered_lines,
     phys_state_from_text,
     port_state_from_text,
     require_text,

@@ -23,6 +23,7 @@ from typing import IO, Any, Protocol
 import structlog
 
 from netdoctor.errors import ParseError
+from netdoctor.host.files import read_regular
 from netdoctor.host.nvml import collect_nvml
 from netdoctor.host.runner import run_merged
 from netdoctor.host.types import CommandSpec, CommandState
@@ -36,6 +37,7 @@ MIB = 1 << 20
 # Small sizes time latency, large ones bandwidth; the largest is the one graded.
 DEFAULT_SIZES = [8 * 1024, MIB, 16 * MIB, 256 * MIB, 1024 * MIB]
 LOG_CAP_BYTES = 8 * MIB
+RESULT_CAP_BYTES = 64 * MIB     # the worker's JSON result: sizes, timings, localisation rows
 # The least budget the probe accepts. Below it a healthy node cannot finish, and being
 # killed for that is not a hang: run_probe (netdoctor.probe.dispatch) refuses at once (status "error", reason_code
 # "budget-too-short"; the check says `unknown`). Measured on 2x H200 (benchmarks/results/
@@ -88,10 +90,11 @@ def run_worker(argv: list[str], env: Mapping[str, str], timeout_s: float, result
     if run.state is CommandState.MISSING or (run.state is CommandState.ERROR and run.returncode is None):
         return WorkerRun("missing", None, run.stderr, None, run.duration_s)
     result = None
-    if result_path is not None and result_path.exists():
+    if result_path is not None:
         try:
-            result = json.loads(result_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as error:
+            data = read_regular(result_path, RESULT_CAP_BYTES)
+            result = json.loads(data) if data is not None else None
+        except (OSError, ValueError) as error:   # JSONDecodeError and an oversized file are ValueErrors
             log.warning("probe worker result unreadable", error=str(error))
     state = "timeout" if run.state is CommandState.TIMEOUT else "ok"
     if state == "ok" and result is None and result_path is not None:

@@ -11,7 +11,7 @@ import shutil
 import time
 
 from netdoctor.errors import ParseError
-from netdoctor.parsers.nccl import parse_nccl_tests
+from netdoctor.parsers.nccl_tests import parse_nccl_tests
 from netdoctor.probe import engine
 from netdoctor.probe.result import ProbeRequest, ProbeResult, SizeRow
 
