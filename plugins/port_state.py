@@ -96,6 +96,20 @@ def _down_by_design(ctx: CheckContext, hca: Hca, port: Port, port_class: PortCla
     return summary
 
 
+# What a physical state says about a port that is not ACTIVE, and what to do ({device}: the HCA).
+_PHYS_STATE_CAUSES = {
+    PhysState.POLLING: ("no link partner (cable unplugged or faulty, or the switch port is down)",
+                        "check the cable and transceiver are seated, the switch port is enabled "
+                        "(`mlxlink -d {device}`), and swap the cable if the port stays Polling"),
+    PhysState.TRAINING: ("link training does not complete",
+                         "usually a cable/transceiver or speed mismatch with the switch port: check "
+                         "`mlxlink -d {device}` and the switch port's speed settings"),
+    PhysState.LINK_ERROR_RECOVERY: ("the link is in error recovery",
+                                    "check the cable and transceiver; see error-counters"),
+    PhysState.SLEEP: ("the port is asleep (no link)", "check the cable and the switch port"),
+}
+
+
 def _not_active_problem(port: Port) -> tuple[str, str]:
     """Summary and remedy for a port that is not ACTIVE, named by its states."""
     ethernet = port.link_layer is LinkLayer.ETHERNET
@@ -106,10 +120,6 @@ def _not_active_problem(port: Port) -> tuple[str, str]:
     if port.state is PortState.ARMED:
         return (f"{states}: the subnet manager configured the port but has not activated it",
                 "an SM sweep did not finish: check the SM log and `sminfo`; if it persists, bounce the port")
-    if port.phys_state is PhysState.POLLING:
-        return (f"{states}: no link partner (cable unplugged or faulty, or the switch port is down)",
-                f"check the cable and transceiver are seated, the switch port is enabled (`mlxlink -d {device}`), "
-                "and swap the cable if the port stays Polling")
     if port.phys_state is PhysState.DISABLED:
         if ethernet and port.netdev:
             how = f"`ip link set {port.netdev} up`, or `mlxlink -d {device} -a UP`"
@@ -118,14 +128,9 @@ def _not_active_problem(port: Port) -> tuple[str, str]:
         return (f"{states}: the port is administratively disabled",
                 f"enable it ({how}); if it is unused by design, give it a port class with role \"unused\" "
                 "in the rule pack")
-    if port.phys_state is PhysState.TRAINING:
-        return (f"{states}: link training does not complete",
-                f"usually a cable/transceiver or speed mismatch with the switch port: check `mlxlink -d {device}` "
-                "and the switch port's speed settings")
-    if port.phys_state is PhysState.LINK_ERROR_RECOVERY:
-        return (f"{states}: the link is in error recovery", "check the cable and transceiver; see error-counters")
-    if port.phys_state is PhysState.SLEEP:
-        return (f"{states}: the port is asleep (no link)", "check the cable and the switch port")
+    if port.phys_state in _PHYS_STATE_CAUSES:
+        cause, remedy = _PHYS_STATE_CAUSES[port.phys_state]
+        return (f"{states}: {cause}", remedy.format(device=device))
     return (f"{states}: the port is not ACTIVE", "check the cable, the switch port and the subnet manager")
 
 

@@ -237,20 +237,15 @@ def unsafe_path_reason(path: Path) -> str | None:
     group or other. A world-writable parent with the sticky bit (like /tmp) is accepted:
     there nobody but the owner of an entry can rename or replace it.
     """
-    try:
-        current = path.absolute()
-        info = current.stat()
-    except OSError as error:
-        return f"cannot stat {path}: {error.strerror}"
-    reason = _unsafe_mode(current, info, allow_sticky=False)
-    if reason:
-        return reason
-    for parent in current.parents:
+    current = path.absolute()
+    # A sticky world-writable parent is fine (others cannot replace our entry in it); the
+    # plugin path itself may not be world-writable, sticky or not.
+    for place, allow_sticky in [(current, False), *((parent, True) for parent in current.parents)]:
         try:
-            info = parent.stat()
+            info = place.stat()
         except OSError as error:
-            return f"cannot stat {parent}: {error.strerror}"
-        reason = _unsafe_mode(parent, info, allow_sticky=True)
+            return f"cannot stat {place}: {error.strerror}"
+        reason = _unsafe_mode(place, info, allow_sticky=allow_sticky)
         if reason:
             return reason
     return None

@@ -36,6 +36,17 @@ from typing import Any
 #           window holds only GPU work, not Python's launch overhead (see _time_size).
 # Every value stays below 2**24, so float32 sums are exact and comparison is exact.
 # ---------------------------------------------------------------------------------
+# Both verification kernels walk the buffer grid-stride: %rd3 = this thread's first element,
+# %rd5 = the stride (threads in the grid).
+_GRID_STRIDE = rb"""
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mov.u32 %r4, %nctaid.x;
+    cvt.u64.u32 %rd4, %r3;
+    mad.wide.u32 %rd3, %r1, %r2, %rd4;
+    mul.wide.u32 %rd5, %r4, %r2;
+"""
 _PTX = rb"""
 .version 6.0
 .target sm_52
@@ -51,14 +62,7 @@ _PTX = rb"""
     ld.param.u64 %rd2, [p_n];
     ld.param.f32 %f1, [p_base];
     cvta.to.global.u64 %rd1, %rd1;
-    mov.u32 %r1, %ctaid.x;
-    mov.u32 %r2, %ntid.x;
-    mov.u32 %r3, %tid.x;
-    mov.u32 %r4, %nctaid.x;
-    cvt.u64.u32 %rd4, %r3;
-    mad.wide.u32 %rd3, %r1, %r2, %rd4;
-    mul.wide.u32 %rd5, %r4, %r2;
-FILL_LOOP:
+""" + _GRID_STRIDE[1:] + rb"""FILL_LOOP:
     setp.ge.u64 %p1, %rd3, %rd2;
     @%p1 bra FILL_DONE;
     rem.u64 %rd6, %rd3, 251;
@@ -87,14 +91,7 @@ FILL_DONE:
     ld.param.u64 %rd9, [p_count];
     cvta.to.global.u64 %rd1, %rd1;
     cvta.to.global.u64 %rd9, %rd9;
-    mov.u32 %r1, %ctaid.x;
-    mov.u32 %r2, %ntid.x;
-    mov.u32 %r3, %tid.x;
-    mov.u32 %r4, %nctaid.x;
-    cvt.u64.u32 %rd4, %r3;
-    mad.wide.u32 %rd3, %r1, %r2, %rd4;
-    mul.wide.u32 %rd5, %r4, %r2;
-CHECK_LOOP:
+""" + _GRID_STRIDE[1:] + rb"""CHECK_LOOP:
     setp.ge.u64 %p1, %rd3, %rd2;
     @%p1 bra CHECK_DONE;
     rem.u64 %rd6, %rd3, 251;
