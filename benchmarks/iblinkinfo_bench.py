@@ -1,7 +1,7 @@
 """Benchmark parse_iblinkinfo on a generated 2,000-switch fabric (target: <= 1 s).
 
 The text follows the grouped `iblinkinfo` form of the corpus
-(../shared/corpus/iblinkinfo/824380210-Linpack__edr76_linpack_WI_iblinkinfo.txt):
+(tests/data/corpus/iblinkinfo/824380210-Linpack__edr76_linpack_WI_iblinkinfo.txt):
 40-port NDR switches, each with 20 host ports to CAs, 16 uplinks to other switches,
 unconnected `Down/ Polling` ports, some links degraded to 2X or HDR with
 `( Could be 4X Could be 106.25 Gbps)` hints, and one `CA:` block per host port.

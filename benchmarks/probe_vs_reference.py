@@ -79,7 +79,7 @@ def run_reference(world: int) -> dict[str, Any]:
 
 def run_netdoctor(budget_s: float) -> dict[str, Any]:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from netdoctor.checks.rules import load_rules
+    from netdoctor.packs import load_rules
     from netdoctor.probe import run_probe
     from netdoctor.probe.result import ProbeRequest
 

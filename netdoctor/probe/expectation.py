@@ -13,7 +13,7 @@ link), and efficiency and HALF_SIZE are calibrated from measurements:
   busbw 300.6 GB/s at 256 MiB and 332.1 GB/s at 1 GiB (benchmarks/results/probe.md).
   Fitting size/(size+h) to those two points gives h = 37 MiB and an asymptote of
   344 GB/s = 0.764 x 450 GB/s (18 x 25 GB/s).
-* Cross-check on public data (shared/corpus/nccl-tests): 8x A100-SXM4 (NVLink 3.0,
+* Cross-check on public data (tests/data/corpus/nccl-tests): 8x A100-SXM4 (NVLink 3.0,
   12 links, 300 GB/s) reached 222.4 GB/s at 256 MiB and 235 GB/s at 8 GiB; the
   model expects 200 and 229. 2x A100 PCIe with an NVLink bridge reached 216.6 GB/s
   at 8 GiB (model 229).
