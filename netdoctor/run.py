@@ -29,7 +29,7 @@ from netdoctor.checks.engine import run_checks, select_checks
 from netdoctor.checks.registry import Registry, load_registry
 from netdoctor.errors import NetdoctorError, UsageError
 from netdoctor.host.types import NodeSource
-from netdoctor.inventory.model import Inventory
+from netdoctor.inventory.model import Inventory, SourceState
 from netdoctor.probe.result import ProbeNotRun, ProbeRequest, ProbeResult
 from netdoctor.report.model import Finding, Grade, Report, Status, grade_of
 from netdoctor.util import utc_now_iso
@@ -234,7 +234,7 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         findings, outcomes = run_checks(inventory, pack, registry, only=only, skip=options.skip,
                                         history=history, probe=probe_for_checks,
                                         deadline=deadline - reserve_s / 2, debug=options.debug)
-    findings = registry.problem_findings() + history_notes + findings
+    findings = registry.problem_findings() + history_notes + timed_out_sources(inventory) + findings
     # `netdoctor probe`: whatever the pack requires, the probe's `unknown` (nothing measured)
     # is the command's answer, exit 3, not a pass.
     required = pack.required | (frozenset(only) if options.probe_only else frozenset())
@@ -254,6 +254,19 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         captured_at=inventory.captured_at if node.is_snapshot else None,
         required_not_run=tuple(sorted(pack.required & set(registry.ids()) - {check.id for check in selected})),
     )
+
+
+def timed_out_sources(inventory: Inventory) -> list[Finding]:
+    """A `discovery` finding for each source that hung: the checks judged without its facts
+    (a pack may fall back, e.g. to NUMA placement without `nvidia-smi topo -m`), so the report
+    says so even where no required check became unknown. A hung nvidia-smi is itself a sign
+    of a wedged GPU or driver."""
+    return [Finding("discovery", Status.UNKNOWN, source.name,
+                    f"{source.reason()}; the checks judged this node without its facts",
+                    evidence={"state": source.state.value, "duration_s": source.duration_s},
+                    remedy="run the tool by hand to see why it hangs (a hung nvidia-smi: look for Xid "
+                           "errors in `dmesg`); `netdoctor discover -vv` shows every source")
+            for source in inventory.sources.values() if source.state is SourceState.TIMEOUT]
 
 
 def _undiscovered_report(host: str, started_at: str, start: float, options: CheckOptions,

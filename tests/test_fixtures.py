@@ -29,8 +29,9 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 NODES = FIXTURES / "nodes"
 INDEX = tomllib.loads((NODES / "INDEX.toml").read_text(encoding="utf-8"))["fixtures"]
 NAMES = sorted(INDEX)
+# The checks, plus `discovery`: a source that hung is reported (what the checks judged without).
 CHECK_IDS = {"port-state", "link-speed", "pcie-link", "error-counters", "mtu", "pfc-ecn", "gpudirect",
-             "gpu-nic-affinity", "nccl-probe"}
+             "gpu-nic-affinity", "nccl-probe", "discovery"}
 LANE_GBPS = {"SDR": 2.5, "DDR": 5, "QDR": 10, "FDR10": 10, "FDR": 14, "EDR": 25, "HDR": 50, "NDR": 100, "XDR": 200}
 PCIE_GEN = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
 IB_MTUS = (256, 512, 1024, 2048, 4096)

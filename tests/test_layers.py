@@ -28,7 +28,10 @@ ALLOWED = {
     "netdoctor.probe.expectation": set(),
     "netdoctor.probe.result": {"netdoctor.probe.expectation"},
     "netdoctor.inventory": {"netdoctor.host", "netdoctor.parsers"},
-    "netdoctor.packs": {"netdoctor.inventory", "netdoctor.host.files"},
+    "netdoctor.packs": {"netdoctor.inventory", "netdoctor.host.files", "netdoctor.host.trust"},
+    # The registry loads third-party code from disk: it asks host whether root may trust it.
+    "netdoctor.checks.registry": {"netdoctor.checks", "netdoctor.inventory", "netdoctor.packs", "netdoctor.report.model",
+                                  "netdoctor.probe.result", "netdoctor.host.trust"},
     "netdoctor.checks": {"netdoctor.inventory", "netdoctor.packs", "netdoctor.report.model",
                          "netdoctor.probe.result", "netdoctor.probe.expectation"},
     "netdoctor_plugins": {"netdoctor.inventory", "netdoctor.packs", "netdoctor.checks", "netdoctor.report.model",

@@ -17,9 +17,9 @@ from netdoctor.checks.registry import (
     builtin_check_order,
     checks_in_module,
     load_registry,
-    unsafe_path_reason,
 )
 from netdoctor.errors import PluginError
+from netdoctor.host.trust import unsafe_path_reason
 from netdoctor.packs import load_rules
 from netdoctor.report.model import Status
 

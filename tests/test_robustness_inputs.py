@@ -7,6 +7,7 @@ the run must finish, say what it could not judge and why, and judge everything e
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -150,3 +151,27 @@ def test_unreadable_sysfs_values_are_unknown_not_dropped_or_fatal(tmp_path: Path
     assert problems[("error-counters", "mlx5_0:1")]["status"] == "unknown"
     assert "symbol_error" in problems[("error-counters", "mlx5_0:1")]["summary"]
     assert code == 3 and report["grade"] == "unknown"   # error-counters is required on dgx-h100
+
+
+def test_an_undecodable_device_name_is_escaped_in_every_output(tmp_path: Path) -> None:
+    """A hostile snapshot names an HCA with bytes that are not UTF-8 plus a terminal escape:
+    no output crashes or carries the raw bytes, and a stale healthy `-o` file is replaced."""
+    snapshot = tmp_path / "node"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "nodes" / "dgx-h100-port-down", snapshot, symlinks=True)
+    devices = bytes(snapshot / "sys" / "class" / "infiniband")
+    os.rename(os.path.join(devices, b"mlx5_9"), os.path.join(devices, b"mlx5_\xff\x1b]0;owned\x07"))
+    stale = tmp_path / "node.prom"
+    stale.write_text("netdoctor_grade 0\n")
+    for output_format in ("text", "json", "prometheus", "junit"):
+        done = subprocess.run([sys.executable, "-m", "netdoctor", "check", "--no-probe", "--snapshot", str(snapshot),
+                               "--format", output_format, "-o", str(stale if output_format == "prometheus" else
+                                                                    tmp_path / f"out.{output_format}")],
+                              capture_output=True, timeout=120, env={**os.environ, "NO_COLOR": "1"})
+        assert b"Traceback" not in done.stderr, done.stderr
+        assert done.returncode == 2, (output_format, done.stderr)     # the port that is down still fails
+        written = (stale if output_format == "prometheus" else tmp_path / f"out.{output_format}").read_bytes()
+        assert b"\x1b" not in written and b"\x07" not in written and b"\xff" not in written
+        written.decode("utf-8")
+        if output_format == "json":
+            assert any("mlx5_\\xff" in finding["subject"] for finding in json.loads(written)["findings"])
+    assert b"netdoctor_grade 2" in stale.read_bytes()

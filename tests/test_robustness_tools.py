@@ -155,6 +155,20 @@ def test_hung_tools_end_by_the_deadline_kill_their_groups_and_leave_other_checks
     _assert_no_orphans(pids)
 
 
+def test_a_hung_nvidia_smi_is_said_even_where_the_pack_can_judge_without_it(tmp_path: Path) -> None:
+    """The default pack places NICs by NUMA when there is no `nvidia-smi topo -m`, so no check
+    becomes unknown; the report still names the hung tool (it used to say nothing)."""
+    bin_dir, sys_root, pids = _node(tmp_path, "dgx-h100", {"nvidia-smi": HANG_TOOL})
+    done, _ = _run(["check", "--no-probe", "--format", "json", "--rules", "default", "--deadline", "4"],
+                   bin_dir, sys_root, tmp_path)
+    report = _report(done)
+    hung = [finding for finding in report["findings"] if finding["check"] == "discovery"]
+    assert [(finding["status"], finding["subject"]) for finding in hung] == [("unknown", "nvidia-smi-topo-m")]
+    assert "timed out" in hung[0]["summary"] and "Xid" in hung[0]["remedy"]
+    assert {finding["status"] for finding in _by_check(report)["gpu-nic-affinity"]} == {"pass"}
+    _assert_no_orphans(pids)
+
+
 def test_tool_that_answers_after_the_deadline_is_reported_as_timed_out(tmp_path: Path) -> None:
     bin_dir, sys_root, pids = _node(tmp_path, "roce-h100", {"mlnx_qos": LATE_TOOL})
     done, elapsed = _run(["check", "--no-probe", "--format", "json", "--deadline", "1.5"], bin_dir, sys_root, tmp_path)

@@ -22,7 +22,6 @@ import importlib.metadata
 import importlib.util
 import os
 import pkgutil
-import stat
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -34,6 +33,7 @@ import structlog
 
 from netdoctor.checks.api import Check
 from netdoctor.errors import PluginError
+from netdoctor.host.trust import unsafe_path_reason
 from netdoctor.report.model import Finding, Status
 
 log = structlog.get_logger(__name__)
@@ -228,38 +228,6 @@ def _checks_from_object(loaded: Any, origin: str) -> Iterable[Check]:
     if isinstance(marker, Check):
         return [replace(marker, origin=origin)]
     raise PluginError(f"{origin}: {loaded!r} is neither a module, a @check function nor a Check")
-
-
-def unsafe_path_reason(path: Path) -> str | None:
-    """Why root must not load code from `path`, or None when only root can change it.
-
-    The path itself and every parent up to `/` must be owned by root and not writable by
-    group or other. A world-writable parent with the sticky bit (like /tmp) is accepted:
-    there nobody but the owner of an entry can rename or replace it.
-    """
-    current = path.absolute()
-    # A sticky world-writable parent is fine (others cannot replace our entry in it); the
-    # plugin path itself may not be world-writable, sticky or not.
-    for place, allow_sticky in [(current, False), *((parent, True) for parent in current.parents)]:
-        try:
-            info = place.stat()
-        except OSError as error:
-            return f"cannot stat {place}: {error.strerror}"
-        reason = _unsafe_mode(place, info, allow_sticky=allow_sticky)
-        if reason:
-            return reason
-    return None
-
-
-def _unsafe_mode(path: Path, info: os.stat_result, *, allow_sticky: bool) -> str | None:
-    if info.st_uid != 0:
-        return f"{path} is owned by uid {info.st_uid}, not root"
-    writable = info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-    if writable and not (allow_sticky and stat.S_ISDIR(info.st_mode) and info.st_mode & stat.S_ISVTX):
-        who = "group and other" if writable == (stat.S_IWGRP | stat.S_IWOTH) else (
-            "group" if writable & stat.S_IWGRP else "other")
-        return f"{path} is writable by {who} (mode {stat.S_IMODE(info.st_mode):04o})"
-    return None
 
 
 @functools.cache

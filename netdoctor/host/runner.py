@@ -37,6 +37,7 @@ from typing import IO, Any
 
 import structlog
 
+from netdoctor.host.trust import tool_search_path
 from netdoctor.host.types import CommandResult, CommandSpec, CommandState
 
 log = structlog.get_logger(__name__)
@@ -177,7 +178,9 @@ def spawn(argv: list[str] | tuple[str, ...], *, env: Mapping[str, str], timeout_
     Leaving the block stops what is left of the group and only then reaps the leader, so
     the kill can never hit a recycled pid. OSError from the start is the caller's to map.
     """
-    environment = {**env, "LC_ALL": "C"}
+    # Tools are looked up on this PATH (subprocess searches the child's environment): never
+    # the current directory, and as root never a directory another user can change.
+    environment = {**env, "LC_ALL": "C", "PATH": tool_search_path(env.get("PATH"))}
     options: dict[str, Any] = {"encoding": "utf-8", "errors": "replace"} if text else {}
     process = subprocess.Popen(list(argv), executable=executable, stdin=stdin, stdout=stdout, stderr=stderr,
                                env=environment, start_new_session=True, close_fds=True, **options)
@@ -208,7 +211,8 @@ def spawn(argv: list[str] | tuple[str, ...], *, env: Mapping[str, str], timeout_
 
 
 def command_environment(path: str | None = None) -> dict[str, str]:
-    """The environment tools run in: C locale (parsers expect English, `.` decimals), same PATH."""
+    """The environment tools run in: C locale (parsers expect English, `.` decimals), this
+    PATH (spawn keeps only its trusted directories: netdoctor.host.trust.tool_search_path)."""
     environment = {
         "PATH": path if path is not None else os.environ.get("PATH", os.defpath),
         "LC_ALL": "C",

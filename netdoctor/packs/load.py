@@ -21,6 +21,7 @@ import structlog
 
 from netdoctor.errors import RulesError
 from netdoctor.host.files import read_regular
+from netdoctor.host.trust import running_as_root, unsafe_path_reason
 from netdoctor.inventory.model import LinkLayer
 from netdoctor.packs.model import ROLES, STRUCTURE_TABLES, PortClass, RulePack
 
@@ -66,6 +67,10 @@ def bundled_packs() -> dict[str, Path]:
 
 
 def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    # A pack decides how a node is graded: as root, one another user can change (a shadow
+    # list that hides every check) is refused like an unsafe plugin directory.
+    if running_as_root() and path.exists() and (reason := unsafe_path_reason(path)):
+        raise RulesError(f"{what} {path} is not trusted when running as root: {reason}")
     try:
         data = read_regular(path, MAX_PACK_BYTES)
         if data is None:
