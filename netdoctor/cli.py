@@ -220,7 +220,9 @@ def probe(
     output_format: FormatOption = ReportFormat.TEXT,
     output: OutputOption = None,
     rules: RulesOption = None,
-    snapshot: SnapshotOption = None,
+    # Accepted like every judging command's --snapshot (the contract's common options) but not
+    # offered: traffic cannot be replayed, so it only says so.
+    snapshot: Annotated[Path | None, typer.Option("--snapshot", hidden=True)] = None,
 ) -> int:
     """Run only the NCCL probe and print its result (the `check` pipeline with the probe checks alone)."""
     from netdoctor.report.render import render

@@ -232,6 +232,27 @@ def test_a_gpu_less_node_is_still_a_skip(tmp_path: Path, monkeypatch: pytest.Mon
     assert calls == []                     # nothing to probe: the engine is not started
 
 
+@pytest.mark.parametrize("options", [(), ("--gpus", "0,1"), ("--engine", "nccl-tests"), ("--engine", "nccl")])
+def test_one_rule_for_a_gpu_less_node_whatever_the_options(options: tuple[str, ...], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """No GPUs: the probe does not apply, skip and exit 0, also when GPUs or an engine are named
+    (0.1 said pass without options and unknown, exit 3, with them)."""
+    monkeypatch.setenv("NETDOCTOR_SYSFS_ROOT", str(gpu_sysfs(tmp_path / "sys")))
+    calls: list[ProbeRequest] = []
+    fake_engine(recorded("probe-report.json"), calls, monkeypatch)
+    code, report = report_of(*options)
+    assert code == 0 and [finding["status"] for finding in report["findings"]] == ["skip"]
+    assert "no NVIDIA GPUs" in report["findings"][0]["summary"] and calls == []
+
+
+def test_snapshot_is_not_offered_by_probe() -> None:
+    from typer.testing import CliRunner
+
+    from netdoctor.cli import app
+
+    assert "--snapshot" not in CliRunner().invoke(app, ["probe", "--help"]).output
+
+
 def test_a_gpu_less_result_is_a_skip(node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     result = {"status": "skipped", "reason_code": "no-driver", "gpus": [], "gpu_count": 0, "sizes": [],
               "reason": "no NVIDIA driver (libcuda.so.1 cannot be loaded)", "gpu_links": [], "transport": {}}
