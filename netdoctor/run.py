@@ -26,7 +26,7 @@ import structlog
 from netdoctor import __version__
 from netdoctor.checks.api import Check, CounterHistory
 from netdoctor.checks.engine import run_checks, select_checks
-from netdoctor.checks.registry import Registry, load_registry
+from netdoctor.checks.registry import Registry, load_registry, third_party_configured
 from netdoctor.errors import NetdoctorError, UsageError
 from netdoctor.host.types import NodeSource
 from netdoctor.inventory.model import Inventory, SourceState
@@ -52,6 +52,9 @@ RESERVE_S = 1.0
 # Third-party plugin imports get this long (a quarter of a short --deadline) before the
 # run goes on with the built-in checks alone.
 PLUGIN_LOAD_S = 2.0
+# At least this long for parsing and joining what answered by the discovery deadline (a
+# share of the reserve when that is larger).
+DISCOVERY_GRACE_S = 0.3
 # What an auto-selected rule pack's [pack.match] reads (see discovery_needs).
 AUTO_PACK_NEEDS = frozenset({"gpus", "rdma"})
 
@@ -134,19 +137,25 @@ def _call_with_deadline(name: str, function: Callable[[], T], wait_until: float)
 
 
 def _load_plugins(plugin_dirs: tuple[Path, ...], wait_s: float) -> Registry:
-    """The check registry; a third-party plugin whose import hangs costs the plugins, not the run."""
+    """The check registry; a third-party plugin whose import hangs costs the plugins, not the run.
+
+    The built-in checks load first and unbounded (ours: a slow import on a loaded machine is
+    no plugin's fault); only third-party code, where a site has any, is waited for."""
+    builtins = load_registry((), system_dir=None, entry_points=False)
+    if not third_party_configured(plugin_dirs):
+        return builtins
     try:
         return _call_with_deadline("plugin loading", lambda: load_registry(plugin_dirs), time.monotonic() + wait_s)
     except _Timeout:
         log.warning("third-party plugins did not finish loading", wait_s=wait_s)
-        registry = load_registry((), system_dir=None, entry_points=False)
-        registry.problem("plugins", f"third-party plugins did not finish loading within {wait_s:.1f} s "
-                                    "(an import that hangs); only the built-in checks ran")
-        return registry
+        builtins.problem("plugins", f"third-party plugins did not finish loading within {wait_s:.1f} s "
+                                    f"(an import that hangs{machine_load() and ', or' + machine_load()[1:]}); "
+                                    "only the built-in checks ran")
+        return builtins
 
 
 def discover(source: NodeSource, *, deadline: float, fabric_scan: bool | None = None,
-             needs: frozenset[str] | None = None) -> Inventory:
+             needs: frozenset[str] | None = None, grace_s: float = DISCOVERY_GRACE_S) -> Inventory:
     """build_inventory bounded by `deadline`; raises DiscoveryTimeout when it did not finish.
 
     `needs`: collect only the sources serving these check needs (None: everything).
@@ -154,12 +163,24 @@ def discover(source: NodeSource, *, deadline: float, fabric_scan: bool | None = 
     from netdoctor.inventory.build import build_inventory
 
     try:
-        # A little grace past the tool deadline: tools are killed at it, parsing follows.
+        # Tools are killed and NVML given up at `deadline`; what answered is still parsed and
+        # judged in the grace after it. Only a source that hangs outside those bounds (a
+        # stuck sysfs read) or a starved machine ends discovery without an inventory.
         return _call_with_deadline(
             "discovery", lambda: build_inventory(source, deadline=deadline, fabric_scan=fabric_scan, needs=needs),
-            deadline + 0.3)
+            deadline + grace_s)
     except _Timeout:
-        raise DiscoveryTimeout("discovery did not finish before the deadline") from None
+        raise DiscoveryTimeout(f"discovery did not finish before the deadline{machine_load()}") from None
+
+
+def machine_load() -> str:
+    """`: the machine is loaded (...)` when the 1-minute load is above the CPU count: the usual
+    cause of a healthy node running out of time, named so it is not taken for a fault."""
+    try:
+        load, cpus = os.getloadavg()[0], os.cpu_count() or 1
+    except OSError:
+        return ""
+    return f": the machine is loaded (load average {load:.1f} on {cpus} CPUs)" if load > cpus else ""
 
 
 def discovery_needs(selected: list[Check], rules: str | None) -> frozenset[str] | None:
@@ -212,7 +233,8 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
     with opened as node:
         try:
             inventory = discover(node, deadline=discovery_deadline, fabric_scan=options.fabric_scan,
-                                 needs=discovery_needs(selected, options.rules))
+                                 needs=discovery_needs(selected, options.rules),
+                                 grace_s=max(DISCOVERY_GRACE_S, reserve_s / 2))
         except DiscoveryTimeout as error:
             log.warning("discovery timed out", deadline_s=round(discovery_s, 2))
             return _undiscovered_report(node.host, started_at, start, options, registry,

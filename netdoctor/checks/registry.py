@@ -239,6 +239,14 @@ def builtin_check_order() -> tuple[str, ...]:
     return tuple(registry.ids())
 
 
+def third_party_configured(plugin_dirs: Sequence[Path] = (), system_dir: Path | None = SYSTEM_PLUGIN_DIR) -> bool:
+    """Whether this run has third-party checks to load at all: plugin directories, or
+    distributions that declare `netdoctor.checks` entry points (metadata only, nothing imported)."""
+    if plugin_dirs or (system_dir is not None and system_dir.is_dir()):
+        return True
+    return bool(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
 def load_registry(plugin_dirs: Sequence[Path] = (), *, system_dir: Path | None = SYSTEM_PLUGIN_DIR,
                   entry_points: bool = True, builtin_package: str | None = BUILTIN_PACKAGE) -> Registry:
     """The registry a CLI run uses: built-ins, entry points, then plugin directories."""

@@ -57,7 +57,7 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
         port_jobs = _device_jobs(plan, draft.inventory)
         port_tools = pool.submit(source.run, [job.spec for job in port_jobs], deadline)
         if plan.wants("nvml"):
-            read_nvml(draft)
+            read_nvml(draft, wait_until=deadline)
         sysfs_named_hcas = bool(draft.inventory.hcas)
         node_results = node_tools.result()
         port_results = port_tools.result()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -10,13 +11,41 @@ from netdoctor.inventory.merge import Draft, pci
 from netdoctor.inventory.model import Gpu, PcieLink, SourceState
 
 
-def read_nvml(draft: Draft) -> None:
-    """GPUs, driver and CUDA versions, GPU PCIe links and NVLinks from the NVML report."""
+def _ask_nvml(draft: Draft, wait_until: float | None) -> tuple[dict[str, Any] | None, str]:
+    """The node's NVML report, waiting at most until `wait_until` (monotonic): a wedged driver
+    can block an NVML call in the kernel for good. The call goes on in a daemon thread that
+    nobody waits for; raises TimeoutError when it did not answer in time."""
+    if wait_until is None:
+        return draft.source.nvml()
+    box: dict[str, Any] = {}
+
+    def ask() -> None:
+        try:
+            box["answer"] = draft.source.nvml()
+        except BaseException as error:    # handed to the discovering thread below
+            box["error"] = error
+
+    asker = threading.Thread(target=ask, name="netdoctor-nvml", daemon=True)
+    asker.start()
+    asker.join(timeout=max(0.0, wait_until - time.monotonic()))
+    if asker.is_alive():
+        raise TimeoutError("NVML did not answer before the discovery deadline (a wedged GPU or driver?)")
+    if "error" in box:
+        raise box["error"]
+    return box["answer"]
+
+
+def read_nvml(draft: Draft, wait_until: float | None = None) -> None:
+    """GPUs, driver and CUDA versions, GPU PCIe links and NVLinks from the NVML report; an NVML
+    that does not answer by `wait_until` is a timed-out source, and discovery goes on without it."""
     started = time.monotonic()
     try:
-        report, status_text = draft.source.nvml()
+        report, status_text = _ask_nvml(draft, wait_until)
     except NetdoctorError:
         raise
+    except TimeoutError as error:
+        draft.status("nvml", SourceState.TIMEOUT, str(error), time.monotonic() - started)
+        return
     except Exception as error:   # NVML bindings raise their own types; never crash discovery
         draft.status("nvml", SourceState.ERROR, f"{type(error).__name__}: {error}")
         return
