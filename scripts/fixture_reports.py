@@ -4,6 +4,7 @@ Shows that a refactor changed no finding: run it for the old and the new code an
 
     python scripts/fixture_reports.py --rev 9915fd3 --rev HEAD      # diff two revisions
     python scripts/fixture_reports.py --rev HEAD -o reports.json     # keep one revision's reports
+    python scripts/fixture_reports.py --rev A --rev B --ignore-key snapshot_captured_at --json-only
 
 Each snapshot under tests/fixtures/nodes/ and tests/data/device/ is judged with
 `check --no-probe --snapshot` (and `--format text` for the order a person reads) in a
@@ -57,11 +58,12 @@ def run(tree: Path, args: list[str]) -> str:
     return result.stdout + f"\n[exit {result.returncode}]"
 
 
-def _stable(value: Any) -> Any:
+def _stable(value: Any, ignored: frozenset[str] = frozenset()) -> Any:
     if isinstance(value, dict):
-        return {key: _stable(item) for key, item in value.items() if key not in VOLATILE_KEYS}
+        return {key: _stable(item, ignored) for key, item in value.items()
+                if key not in VOLATILE_KEYS and key not in ignored}
     if isinstance(value, list):
-        return [_stable(item) for item in value]
+        return [_stable(item, ignored) for item in value]
     return value
 
 
@@ -87,6 +89,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rev", action="append", default=[], help="git revision (once to write, twice to diff)")
     parser.add_argument("-o", "--output", type=Path, help="write the (first) revision's reports here")
+    parser.add_argument("--ignore-key", action="append", default=[], help="a JSON key an intended change added")
+    parser.add_argument("--json-only", action="store_true", help="compare the JSON reports and exit codes only")
     options = parser.parse_args()
     if not 1 <= len(options.rev) <= 2:
         parser.error("give --rev once or twice")
@@ -99,10 +103,17 @@ def main() -> int:
     if len(results) == 1:
         return 0
     old, new = results
+    ignored = frozenset(options.ignore_key)
+    forms = ("exit", "json") if options.json_only else ("exit", "json", "text")
+    for side in (old, new):
+        for entry in side.values():
+            entry["json"] = _stable(entry["json"], ignored)
+            if options.json_only:
+                entry.pop("text", None)
     differing = [name for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
     for name in differing:
         print(f"--- {name}")
-        for form in ("exit", "json", "text"):
+        for form in forms:
             if old.get(name, {}).get(form) != new.get(name, {}).get(form):
                 print(f"  {form} differs:\n    old: {json.dumps(old.get(name, {}).get(form))[:2000]}\n"
                       f"    new: {json.dumps(new.get(name, {}).get(form))[:2000]}")
