@@ -14,25 +14,15 @@ import platform
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from datetime import datetime, timezone
-from io import BytesIO
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 from check_bench import ARGS, REPO, command, peak_rss_kib, update_markdown  # noqa: E402
-
-
-def tree_of(revision: str, into: Path) -> Path:
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", revision, "netdoctor", "plugins", "rules"],
-                             check=True, capture_output=True).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    (into / "netdoctor_plugins").symlink_to(into / "plugins")
-    (into / "netdoctor_rules").symlink_to(into / "rules")
-    return into
+from fixture_reports import tree_of  # noqa: E402  (a revision's packages, laid out as installed)
 
 
 def timed(cmd: list[str]) -> float:

@@ -23,7 +23,6 @@ import os
 import platform
 import statistics
 import random
-import resource
 import subprocess
 import sys
 import tempfile

@@ -164,7 +164,7 @@ def hostile_report() -> Report:
     findings = [Finding("mtu", Status.WARN, HOSTILE, f"MTU of {HOSTILE} is 1500", {"netdev": HOSTILE},
                         remedy=f"ip link set {HOSTILE} mtu 9000"),
                 Finding("pfc-ecn", Status.SKIP, "node", f"no RoCE ports ({HOSTILE})")]
-    return Report(host=f"node\x1b[31m17", grade=Grade.WARN, started_at="2026-11-21T22:40:00Z", duration_s=0.1,
+    return Report(host="node\x1b[31m17", grade=Grade.WARN, started_at="2026-11-21T22:40:00Z", duration_s=0.1,
                   rules=f"pack{HOSTILE}", findings=findings, snapshot=f"/tmp/snap{HOSTILE}",
                   captured_at="2026-11-21T22:40:00Z",
                   checks=[CheckOutcome("mtu", Status.WARN, 0.001, False), CheckOutcome("pfc-ecn", Status.SKIP, 0.0, False)])
