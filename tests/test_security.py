@@ -512,6 +512,14 @@ def _plant_link(shared: Path, name: str, target: Path) -> Path:
     return link
 
 
+def _theirs(shared: Path, name: str) -> Path:
+    """A file of user nobody in `shared`, holding "keep"."""
+    theirs = shared / name
+    theirs.write_text("keep")
+    os.chown(theirs, _nobody(), _nobody())
+    return theirs
+
+
 def _check_to(output: Path, *extra: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, "check", "--no-probe", "--snapshot", str(FIXTURE), "--format", "json",
                            "-o", str(output), *extra], capture_output=True, text=True, timeout=timeout)
@@ -561,9 +569,7 @@ def test_planted_link_to_a_block_device_is_refused(tmp_path: Path) -> None:
 @ROOT_ONLY
 def test_planted_link_to_another_users_file_is_refused_and_the_file_kept(tmp_path: Path) -> None:
     shared = _shared_directory(tmp_path)
-    theirs = shared / "theirs"
-    theirs.write_text("keep")
-    os.chown(theirs, _nobody(), _nobody())
+    theirs = _theirs(shared, "theirs")
     link = _plant_link(shared, "report.json", theirs)
     done = _check_to(link)
     assert done.returncode == 3 and "symbolic link to a regular file of uid" in done.stderr, done.stderr
@@ -628,9 +634,7 @@ def test_capture_archive_through_a_planted_link_is_refused(tmp_path: Path) -> No
     from netdoctor.errors import SnapshotError
 
     shared = _shared_directory(tmp_path)
-    theirs = shared / "theirs.tar.gz"
-    theirs.write_text("keep")
-    os.chown(theirs, _nobody(), _nobody())
+    theirs = _theirs(shared, "theirs.tar.gz")
     link = _plant_link(shared, "capture.tar.gz", theirs)
     with pytest.raises(SnapshotError, match="symbolic link"):
         write_snapshot(Recording(), link, host="n", captured_at="2026-11-21T22:40:00Z", boot_id=None, version="0")
