@@ -1,16 +1,15 @@
 """Benchmark `netdoctor fleet report` over 10,000 synthetic node reports.
 
-Writes three inputs (pdsh output with one JSON line per node, pdsh output with
-pretty-printed JSON, a directory of one pretty JSON file per node), runs the real CLI
+Writes four inputs (`write_inputs`), runs the real CLI
 (`python -m netdoctor.fleet report ... --format json`) on each in a child process, and
 records wall time (median of --repeat runs, 5 by default) and the child's peak RSS. Usage:
 
     python benchmarks/fleet_report_bench.py [--nodes 10000] [--repeat 5] [--work DIR]
-        [--tree DIR --label before] [--flood-mib 1024]
+        [--tree DIR | --rev REV] [--label before] [--flood-mib 1024]
 
 With --work DIR the inputs are kept there and reused when already written for as many nodes.
-`--tree DIR` runs the `netdoctor` package found in DIR instead of the installed one (an
-older copy, e.g. `git archive 19c181b | tar -x -C DIR`, for before/after). `--flood-mib N`
+`--tree DIR` runs the `netdoctor` package found in DIR instead of the installed one, `--rev
+REV` that of a git revision (before/after). `--flood-mib N`
 (0: skip) also streams N MiB of one node's output to `fleet report -`, once as a single
 line and once as many short lines, with two healthy nodes, and records the peak RSS.
 """
@@ -18,6 +17,7 @@ line and once as many short lines, with two healthy nodes, and records the peak 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -29,6 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from fixture_reports import tree_of  # noqa: E402  (a revision's packages, laid out as installed)
 
 PORTS = 8
 GPUS = 8
@@ -74,23 +77,30 @@ def synthetic_report(index: int, rng: random.Random) -> dict[str, Any]:
 
 
 def write_inputs(work: Path, nodes: int) -> dict[str, Path]:
+    """The inputs: pdsh output as `check --format json` prints it (short lines), as one
+    line per node, pretty-printed (0.1's form, and what a terminal shows), and a directory
+    of report files as `check --format json -o` writes them."""
+    from netdoctor.report.json_report import short_lines
+
     rng = random.Random(20261121)
-    compact_path = work / "sweep-compact.out"
-    pretty_path = work / "sweep-pretty.out"
-    directory = work / "reports"
-    inputs = {"pdsh, one JSON line per node": compact_path, "pdsh, pretty-printed JSON": pretty_path,
-              "directory of JSON files": directory}
-    marker = work / f".written-{nodes}"
+    paths = {"pdsh, as `check --format json` prints": work / "sweep-short-lines.out",
+             "pdsh, one JSON line per node": work / "sweep-compact.out",
+             "pdsh, pretty-printed JSON (indent 2)": work / "sweep-pretty.out"}
+    directory = work / "reports-short-lines"
+    inputs = {**paths, "directory of report files": directory}
+    marker = work / f".written-{nodes}-v2"
     if marker.exists():
         return inputs
     directory.mkdir(exist_ok=True)
-    with compact_path.open("w") as compact, pretty_path.open("w") as pretty:
+    with contextlib.ExitStack() as stack:
+        short, compact, pretty = (stack.enter_context(path.open("w")) for path in paths.values())
         for index in range(1, nodes + 1):
             report = synthetic_report(index, rng)
             host = report["host"]
+            text = short_lines(report)
+            short.write("".join(f"{host}: {line}\n" for line in text.splitlines()))
             compact.write(f"{host}: {json.dumps(report)}\n")
-            text = json.dumps(report, indent=2)
-            pretty.write("".join(f"{host}: {line}\n" for line in text.splitlines()))
+            pretty.write("".join(f"{host}: {line}\n" for line in json.dumps(report, indent=2).splitlines()))
             (directory / f"{host}.json").write_text(text)
     marker.write_text("")
     return inputs
@@ -177,11 +187,15 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--tree", type=Path, default=None, help="run the netdoctor package found in this directory")
+    parser.add_argument("--rev", default=None, help="run this git revision's packages (laid out by fixture_reports.tree_of)")
     parser.add_argument("--label", default="this tree")
     parser.add_argument("--flood-mib", type=int, default=0)
     arguments = parser.parse_args()
     repo = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as scratch:
+        if arguments.rev:
+            arguments.tree = tree_of(arguments.rev, Path(scratch) / "tree")
+            arguments.label = arguments.rev if arguments.label == "this tree" else arguments.label
         work = arguments.work or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
         inputs = write_inputs(work, arguments.nodes)

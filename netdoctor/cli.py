@@ -140,7 +140,7 @@ def check(
     """
     import time
 
-    from netdoctor.report.render import render, use_color
+    from netdoctor.report.render import is_terminal, render, use_color
     from netdoctor.run import DEFAULT_DEADLINE_S, CheckOptions, run_check
 
     options = CheckOptions(snapshot=snapshot, rules=rules, only=split_ids(only), skip=split_ids(skip),
@@ -158,8 +158,9 @@ def check(
         _error_line(str(error) if isinstance(error, NetdoctorError) else f"internal error: {type(error).__name__}: {error}")
         report = _failed_run_report(options, error)
     color = output is None and output_format is ReportFormat.TEXT and use_color(sys.stdout)
+    text = render(report, output_format.value, color=color, terminal=output is None and is_terminal(sys.stdout))
     # A FIFO at -o is waited for only until the run's deadline.
-    _emit(render(report, output_format.value, color=color), output, started + (options.deadline_s or DEFAULT_DEADLINE_S))
+    _emit(text, output, started + (options.deadline_s or DEFAULT_DEADLINE_S))
     return report.grade.exit_code
 
 
@@ -225,7 +226,7 @@ def probe(
     snapshot: Annotated[Path | None, typer.Option("--snapshot", hidden=True)] = None,
 ) -> int:
     """Run only the NCCL probe and print its result (the `check` pipeline with the probe checks alone)."""
-    from netdoctor.report.render import render
+    from netdoctor.report.render import is_terminal, render
     from netdoctor.run import CheckOptions, run_check
 
     if snapshot is not None:
@@ -248,7 +249,7 @@ def probe(
 
         text = render_probe_text(report)
     else:
-        text = render(report, output_format.value)
+        text = render(report, output_format.value, terminal=output is None and is_terminal(sys.stdout))
     _emit(text, output)
     return report.grade.exit_code
 

@@ -47,7 +47,7 @@ def test_unknown_without_a_checks_list_tops_any_unknown() -> None:
     assert top_of(report) == ("gpudirect", "node", "no NVML")
 
 
-def test_fail_node_tops_a_fail_and_ties_follow_the_contract_check_order() -> None:
+def test_fail_node_tops_a_fail_and_ties_follow_the_reports_check_order() -> None:
     report = make_report("n1", "fail", [
         finding("zz-plugin", "fail", summary="a plugin failed"),
         finding("nccl-probe", "fail", summary="busbw low"),
@@ -57,13 +57,18 @@ def test_fail_node_tops_a_fail_and_ties_follow_the_contract_check_order() -> Non
         finding("link-speed", "fail", "mlx5_4:1", "second link-speed fail"),
         finding("port-state", "fail", "mlx5_9:1", "shadowed", shadow=True),
     ])
-    report["checks"] = checks({"port-state"}, "port-state")
+    report["checks"] = checks({"port-state"}, "port-state", "link-speed", "pcie-link", "nccl-probe", "zz-plugin")
     assert top_of(report) == ("link-speed", "mlx5_3:1", "200 instead of 400")
 
 
-def test_plugin_checks_follow_the_contract_ones_alphabetically() -> None:
+def test_ties_follow_the_checks_list_and_unlisted_checks_go_last_alphabetically() -> None:
+    # The engine lists third-party checks after the contract's; the fleet takes that order
+    # from each report rather than loading the plugins itself.
     report = make_report("n1", "warn", [finding("zz-plugin", "warn"), finding("aa-plugin", "warn"),
                                         finding("nccl-probe", "warn", summary="probe slow")])
+    report["checks"] = checks(set(), "nccl-probe", "zz-plugin", "aa-plugin")
+    assert top_of(report)[0] == "nccl-probe"
+    report["checks"] = checks(set(), "nccl-probe")
     assert top_of(report)[0] == "nccl-probe"
     report = make_report("n1", "warn", [finding("zz-plugin", "warn"), finding("aa-plugin", "warn")])
     assert top_of(report)[0] == "aa-plugin"

@@ -385,7 +385,7 @@ def test_real_slurm_fleet_sweep_through_srun(slurm_directory: Path) -> None:
             capture_output=True, text=True, timeout=120, env={**cluster.env, "PYTHONPATH": str(REPO)}, cwd=REPO,
         )
         fleet = json.loads(done.stdout or "{}")
-        assert {node["host"]: node["grade"] for node in fleet.get("nodes", [])} == {"n1": "pass", "n2": "fail"}, done.stderr
+        assert {node["host"]: node["grade"] for node in fleet.get("nodes", [])} == {"n1": "pass", "n2": "fail"}, (fleet, done.stderr)
         assert done.returncode == 2
     finally:
         cluster.stop()

@@ -92,11 +92,12 @@ def bounded_lines(handle: TextIO, limit: int = MAX_REPORT_CHARS) -> Iterator[str
         yield line
 
 
-def chunks(handle: TextIO, limit: int = MAX_REPORT_CHARS) -> Iterator[str]:
+def chunks(handle: TextIO, limit: int = MAX_REPORT_CHARS, head: str = "") -> Iterator[str]:
     """A file in pieces of about `CHUNK_CHARS`, each ending at a line end; a line longer
-    than `limit` is cut there."""
+    than `limit` is cut there. `head`: what was already read of it."""
     while True:
-        chunk = handle.read(CHUNK_CHARS)
+        chunk = head + handle.read(CHUNK_CHARS)
+        head = ""
         if not chunk:
             return
         if not chunk.endswith("\n"):

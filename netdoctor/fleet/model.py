@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from netdoctor.checks.registry import builtin_check_order
 from netdoctor.report.model import STATUS_SEVERITY
 
 REPORT_SCHEMA_PREFIX = "netdoctor.report/"
@@ -26,11 +25,6 @@ ERROR_GROWTH_EVIDENCE = "error_growth"
 # dict of exact-str keys takes CPython's fast lookup, which the summary loop does per finding.
 _STATUS_SEVERITY = {str(status): severity for status, severity in STATUS_SEVERITY.items()}
 _WARN_SEVERITY = _STATUS_SEVERITY["warn"]
-
-# The fleet report lists checks in the contract's order (others alphabetically) and breaks
-# ties of the top finding by it.
-CHECK_ORDER = builtin_check_order()
-_CHECK_POSITION = {check: position for position, check in enumerate(CHECK_ORDER)}
 
 # What the fleet keeps of a node's text (summaries, names): one node's report can cost the
 # report a bounded amount, however long its strings. More check ids than any pack has is
@@ -175,47 +169,39 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
     if not isinstance(findings, list):
         return no_report(host, NodeGrade.INVALID, "report has no findings list", source)
 
+    # The report lists its checks in the engine's order (the contract's, then third-party
+    # ones): ties of the top finding go by it, and the fleet's columns follow it.
     check_statuses: dict[str, str] = {}
     required: set[str] = set()
-    for outcome in data.get("checks") or ():
+    checks = data.get("checks")
+    for outcome in checks if checks.__class__ is list else ():
         if isinstance(outcome, dict) and isinstance(outcome.get("check"), str) and outcome.get("status") in _STATUS_SEVERITY:
             check_statuses[sys.intern(outcome["check"])] = sys.intern(outcome["status"])
             if outcome.get("required") is True:
                 required.add(outcome["check"])
+    positions = {check: position for position, check in enumerate(check_statuses)}
     check_summaries: dict[str, str] = {}
     # The top finding is the best ranked non-pass, non-shadow one (`_top_rank`); the
     # first in report order among equals.
     top: dict[str, Any] | None = None
     top_rank: tuple[int, int, int, str] | None = None
     grade_status = str(grade)
-    error_growth = 0.0
-    saw_counters = False
     flagged = 0
     intern = sys.intern
-    for finding in findings:
-        if finding.__class__ is not dict:
-            continue
+    # A check's status is the worst of its outcome and its non-shadow findings, whatever
+    # their order; so the passes (nearly every finding of a healthy fleet) are taken in
+    # one comprehension, and only the rest goes through the loop below.
+    passed = {finding.get("check") for finding in findings
+              if finding.__class__ is dict and finding.get("status") == "pass" and not finding.get("shadow")}
+    for check in passed:
+        if check.__class__ is str and check_statuses.get(check) in (None, "skip"):
+            check_statuses[intern(check)] = "pass"
+    for finding in [finding for finding in findings if finding.__class__ is dict and finding.get("status") != "pass"]:
         check = finding.get("check")
         status = finding.get("status")
-        if check.__class__ is not str or status not in _STATUS_SEVERITY:
+        if check.__class__ is not str or status not in _STATUS_SEVERITY or finding.get("shadow"):
             continue
-        if check == "error-counters":
-            # Counted from shadow findings too: a measurement, not a verdict.
-            evidence = finding.get("evidence")
-            if evidence.__class__ is dict:
-                growth = evidence.get(ERROR_GROWTH_EVIDENCE)
-                growth_kind = growth.__class__
-                # An int beyond a float's range would raise when added: not a counter.
-                if (growth_kind is int and -_MAX_GROWTH < growth < _MAX_GROWTH) or (growth_kind is float and math.isfinite(growth)):
-                    saw_counters = True
-                    error_growth += growth
-        # Fast path, most findings of a healthy fleet: a pass where the check already has
-        # a status other than skip changes nothing (nor would it as a shadow finding).
         known = check_statuses.get(check)
-        if status == "pass" and known is not None and known != "skip":
-            continue
-        if finding.get("shadow"):
-            continue
         severity = _STATUS_SEVERITY[status]
         if known is None or severity > _STATUS_SEVERITY[known]:
             # Interned: ten thousand nodes share one copy of each check id and status.
@@ -224,9 +210,21 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
             flagged += 1
             if check not in check_summaries:
                 check_summaries[check] = _kept(finding.get("summary") or "")
-            rank = _top_rank(check, status, severity, grade_status, required)
+            rank = _top_rank(check, status, severity, grade_status, required, positions)
             if top_rank is None or rank < top_rank:
                 top, top_rank = finding, rank
+    # Counted from shadow findings too: a measurement, not a verdict.
+    error_growth = 0.0
+    saw_counters = False
+    for evidence in [finding.get("evidence") for finding in findings if finding.__class__ is dict
+                     and finding.get("check") == "error-counters" and finding.get("status") in _STATUS_SEVERITY]:
+        if evidence.__class__ is dict:
+            growth = evidence.get(ERROR_GROWTH_EVIDENCE)
+            growth_kind = growth.__class__
+            # An int beyond a float's range would raise when added: not a counter.
+            if (growth_kind is int and -_MAX_GROWTH < growth < _MAX_GROWTH) or (growth_kind is float and math.isfinite(growth)):
+                saw_counters = True
+                error_growth += growth
 
     if len(check_statuses) > _MAX_CHECKS or max(map(len, check_statuses), default=0) > _MAX_CHECK_ID_CHARS:
         return no_report(host, NodeGrade.INVALID, f"not a netdoctor report: more than {_MAX_CHECKS} check ids, or one"
@@ -269,7 +267,8 @@ def _kept(value: object) -> str:
     return text if len(text) <= _MAX_KEPT_CHARS else text[:_MAX_KEPT_CHARS] + "…"
 
 
-def _top_rank(check: str, status: str, severity: int, grade: str, required: set[str]) -> tuple[int, int, int, str]:
+def _top_rank(check: str, status: str, severity: int, grade: str, required: set[str],
+              positions: Mapping[str, int]) -> tuple[int, int, int, str]:
     """Sort key of a candidate top finding (non-pass, non-shadow), best first.
 
     First the findings that explain the grade: status equal to it, and for `unknown` a
@@ -279,4 +278,4 @@ def _top_rank(check: str, status: str, severity: int, grade: str, required: set[
     alphabetically; the caller keeps the first in report order among equals.
     """
     explains_grade = status == grade and (status != "unknown" or not required or check in required)
-    return (0 if explains_grade else 1, -severity, _CHECK_POSITION.get(check, len(CHECK_ORDER)), check)
+    return (0 if explains_grade else 1, -severity, positions.get(check, len(positions)), check)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from netdoctor.fleet.model import CHECK_ORDER, GRADE_ORDER, NodeGrade, NodeSummary
+from netdoctor.fleet.model import GRADE_ORDER, NodeGrade, NodeSummary
 from netdoctor.fleet.outliers import DEFAULT_THRESHOLD, Outlier, find_outliers
 from netdoctor.util import natural_key, utc_now_iso
 
@@ -90,11 +90,14 @@ def build_fleet_report(
     generated_at: str | None = None,
 ) -> FleetReport:
     ordered = sorted(nodes, key=lambda node: (-node.grade.severity, natural_key(node.host)))
-    seen_checks: set[str] = set()
+    # Columns in the order the nodes' reports list their checks (the engine's: the
+    # contract's, then third-party ones), each at the earliest place any node gives it.
+    earliest: dict[str, int] = {}
     for node in ordered:
-        seen_checks.update(node.check_statuses)
-    checks = [check for check in CHECK_ORDER if check in seen_checks]
-    checks += sorted(seen_checks - set(CHECK_ORDER))
+        for position, check in enumerate(node.check_statuses):
+            if check not in earliest or position < earliest[check]:
+                earliest[check] = position
+    checks = sorted(earliest, key=lambda check: (earliest[check], check))
     return FleetReport(
         generated_at=generated_at or utc_now_iso(),
         nodes=ordered,

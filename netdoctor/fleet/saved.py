@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
 import structlog
 
 from netdoctor.errors import UsageError
-from netdoctor.fleet.bounded import MAX_REPORT_CHARS, bounded_lines, chunks, describe_json_error, raw_decode, read_head
+from netdoctor.fleet.bounded import MAX_REPORT_CHARS, chunks, describe_json_error, raw_decode, read_head
 from netdoctor.fleet.model import NodeGrade, NodeSummary, no_report, summarize_report
 from netdoctor.fleet.shell import MAX_LINE_CHARS as _MAX_NOISE_CHARS
 from netdoctor.fleet.shell import SHELL_STARTS
@@ -34,6 +34,8 @@ log = structlog.get_logger(__name__)
 # The first line of parallel-shell output in a file found in a directory: `node017: {`.
 _HOST_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*: ")
 _STDERR_SUFFIX = ".err"
+# How much of a file is read first to tell a JSON report from saved shell output.
+_SNIFF_CHARS = 1 << 16
 
 
 def refusal(summary: NodeSummary, why: str) -> NodeSummary:
@@ -117,8 +119,12 @@ class SavedInputs:
         source = str(path)
         stderr_capture = path.suffix == _STDERR_SUFFIX
         with handle:
-            first_line = _first_non_blank_line(bounded_lines(handle))
-            handle.seek(0)
+            # One read of the head tells a report from shell output (no readline and seek:
+            # ten thousand small report files are read in one piece each).
+            head = handle.read(_SNIFF_CHARS)
+            while head and head.isspace():     # leading blanks mean nothing to JSON or pdsh
+                head = handle.read(_SNIFF_CHARS)
+            first_line = _first_non_blank_line(head)
             first = first_line[:1]
             if not first:
                 if (in_directory or path.suffix == ".json") and not stderr_capture:
@@ -133,23 +139,21 @@ class SavedInputs:
             )
             # A `.json` file may still be a saved pdsh sweep (`pdsh ... > sweep.json`).
             if first in "{[" or (not shell_output and (in_directory or path.suffix == ".json")):
-                text, cut = read_head(handle)
-                self.add_document(text, source, cut=cut)
+                rest, cut = read_head(handle, MAX_REPORT_CHARS - len(head))
+                self.add_document(head + rest, source, cut=cut)
                 return
             attributed, unattributed = self._attributed(), self.unattributed_lines
-            self.feed_text(chunks(handle), source)
+            self.feed_text(chunks(handle, head=head), source)
             if self._attributed() == attributed and self.unattributed_lines > unattributed and not stderr_capture:
                 # Not one line named a host: not pdsh output, just a file of something else.
                 self._store_file_fallback(no_report(path.stem, NodeGrade.INVALID, f"{source}: not a netdoctor report: {first_line.strip()[:_MAX_NOISE_CHARS]!r}", source))
 
 
-def _first_non_blank_line(handle: Iterator[str]) -> str:
-    """The first line that is not blank, without its leading blanks ("" when none)."""
-    for line in handle:
-        stripped = line.lstrip()
-        if stripped:
-            return stripped
-    return ""
+def _first_non_blank_line(text: str) -> str:
+    """The first line of `text` that is not blank, without its leading blanks ("" when none)."""
+    stripped = text.lstrip()
+    end = stripped.find("\n")
+    return stripped if end < 0 else stripped[:end + 1]
 
 
 def _first_line(text: str, position: int) -> str:

@@ -15,14 +15,15 @@ from netdoctor.report.model import Report
 FORMATS = ("text", "json", "prometheus", "junit")
 
 
-def render(report: Report, output_format: str, *, color: bool = False) -> str:
-    """The report in `output_format` (one of FORMATS)."""
+def render(report: Report, output_format: str, *, color: bool = False, terminal: bool = False) -> str:
+    """The report in `output_format` (one of FORMATS); `terminal`: for a person at one
+    (colors where `color`, JSON indented)."""
     if output_format == "text":
         from netdoctor.report.text import render_text
         return render_text(report, color=color)
     if output_format == "json":
         from netdoctor.report.json_report import render_json
-        return render_json(report)
+        return render_json(report, pretty=terminal)
     if output_format == "prometheus":
         from netdoctor.report.prometheus import render_prometheus
         return render_prometheus(report)
@@ -32,15 +33,17 @@ def render(report: Report, output_format: str, *, color: bool = False) -> str:
     raise UsageError(f"unknown output format {output_format!r}; choose one of {', '.join(FORMATS)}")
 
 
-def use_color(stream: TextIO, environ: Mapping[str, str] | None = None) -> bool:
-    """ANSI colors only on a terminal, and never when NO_COLOR is set (no-color.org)."""
-    env = os.environ if environ is None else environ
-    if "NO_COLOR" in env:
-        return False
+def is_terminal(stream: TextIO) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def use_color(stream: TextIO, environ: Mapping[str, str] | None = None) -> bool:
+    """ANSI colors only on a terminal, and never when NO_COLOR is set (no-color.org)."""
+    env = os.environ if environ is None else environ
+    return "NO_COLOR" not in env and is_terminal(stream)
 
 
 def write_report_file(path: Path, text: str, *, deadline: float | None = None) -> None:
