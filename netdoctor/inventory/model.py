@@ -11,7 +11,25 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-# The shared vocabulary, also importable from here: the model is built of it.
+# The fabric part of the model and the shared vocabulary, also importable from here.
+from netdoctor.inventory.fabric_model import (  # noqa: F401  (re-exported)
+    NVLINK_ERROR_COUNTERS,
+    AcsControl,
+    GpuFabric,
+    KernelEvent,
+    KernelEventKind,
+    KernelLog,
+    ModuleLane,
+    Neighbor,
+    NvLink,
+    PciePortType,
+    PciFunction,
+    PcieLink,
+    PciTree,
+    ServiceState,
+    Thresholds,
+    TransceiverModule,
+)
 from netdoctor.vocabulary import LinkLayer, LinkRate, PhysState, PortState, Topology
 
 
@@ -51,20 +69,6 @@ class SourceStatus:
         return f"{text}: {self.detail}" if self.detail else text
 
 
-@dataclass(frozen=True)
-class PcieLink:
-    """A PCIe function's link. Speeds in GT/s (2.5, 5, 8, 16, 32, 64); gen derived from them."""
-
-    address: str                      # canonical `0000:18:00.0`
-    current_gen: int | None = None
-    max_gen: int | None = None
-    current_width: int | None = None
-    max_width: int | None = None
-    current_speed_gts: float | None = None
-    max_speed_gts: float | None = None
-    source: str = "sysfs"             # sysfs | nvml
-
-
 @dataclass
 class Port:
     hca: str
@@ -90,6 +94,8 @@ class Port:
     # iblinkinfo: what the link could run at when it runs below it, and the peer.
     could_be: LinkRate | None = None
     peer: str | None = None
+    neighbor: Neighbor | None = None           # first-hop switch (iblinkinfo, smpquery, lldpctl)
+    module: TransceiverModule | None = None    # cable/optical module (mlxlink -m, ethtool -m)
     sources: tuple[str, ...] = ()
 
     @property
@@ -171,6 +177,10 @@ class Gpu:
     nvlink_total: int | None = None
     nvlink_version: int | None = None     # NVML nvmlDeviceGetNvLinkVersion of the first active link
     dmabuf_supported: bool | None = None
+    nvlinks: tuple[NvLink, ...] = ()      # per link (NVML; nvidia-smi nvlink -s where NVML gave none)
+    fabric: GpuFabric | None = None
+    vbios_version: str | None = None
+    virtualization_mode: str | None = None   # none | passthrough | vgpu | host_vgpu | ... (NVML)
     nvml_errors: dict[str, str] = field(default_factory=dict)   # NVML field -> error ("GPU is lost")
     sources: tuple[str, ...] = ()
 
@@ -220,6 +230,16 @@ class Inventory:
     topology: Topology | None = None
     peer_memory: PeerMemory = field(default_factory=PeerMemory)
     nvidia_module_loaded: bool | None = None   # /sys/module/nvidia: the kernel driver is loaded
+    # The GPU fabric and the GPUDirect path (CONTRACT section 6).
+    pci_tree: PciTree | None = None            # every function on GPU/NIC paths to the root ports
+    nvswitches: tuple[str, ...] | None = None  # NVSwitch PCI functions seen (None: PCI bus not read)
+    kernel_log: KernelLog | None = None
+    services: dict[str, ServiceState] = field(default_factory=dict)   # unit -> state
+    hypervisor: str | None = None              # a VM's hypervisor vendor; "" on bare metal; None unknown
+    kernel_release: str | None = None          # proc/sys/kernel/osrelease
+    uptime_s: float | None = None              # proc/uptime when captured
+    # Versions the node reports (contract 6.3 `versions`), e.g. {"ofed": "MLNX_OFED_LINUX-24.10-1.1.4.0"}.
+    versions: dict[str, str] = field(default_factory=dict)
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)
 
