@@ -245,11 +245,11 @@ class FleetCollector(SavedInputs):
         for host, run in list(self._pending.items()):
             joined = _strip_prefix(run.lines, run.prefix)
             try:
-                data = decode_whole(joined)
+                data, end = raw_decode(joined)
             except ValueError as error:
                 self._store(no_report(host, NodeGrade.INVALID, f"incomplete or garbled JSON report ({describe_json_error(error)})"))
             else:
-                self._store(summarize_report(data, "", host))
+                self._end_report(host, data, joined[end:], "")
         self._pending.clear()
         self._run = None
         hosts = set(self._summaries) | set(self._noise) | self._shell.hosts()
@@ -289,9 +289,9 @@ class FleetCollector(SavedInputs):
                 return
             self._note_noise(host, stripped)
             return
-        if stripped != "{":
-            # The common case: `netdoctor check --format json` printed one line. Not the
-            # first line of a pretty-printed report (`{`), which is left undecoded.
+        if stripped.endswith("}"):
+            # Maybe a whole report on one line (0.1 nodes print none, but `jq -c` does). The
+            # first of a report's lines (pretty or `short_lines`) is not decoded in vain.
             try:
                 data, end = raw_decode(stripped)
             except json.JSONDecodeError:
