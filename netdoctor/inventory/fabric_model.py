@@ -8,9 +8,10 @@ types are re-exported by `netdoctor.inventory.model`; checks import them from th
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from datetime import datetime
+
+from netdoctor.vocabulary import AcsControl, KernelEventKind, PciePortType
 
 
 # ---- NVLink and the NVSwitch fabric (nvml.json "nvlink" / "fabric", nvidia-smi nvlink -s) ----
@@ -58,47 +59,6 @@ class PcieLink:
     source: str = "sysfs"             # sysfs | nvml
 
 
-class PciePortType(enum.StrEnum):
-    """The PCI Express capability's device/port type."""
-
-    ENDPOINT = "endpoint"
-    LEGACY_ENDPOINT = "legacy-endpoint"
-    ROOT_PORT = "root-port"
-    UPSTREAM = "upstream"           # a switch's upstream port
-    DOWNSTREAM = "downstream"       # a switch's downstream port
-    PCIE_TO_PCI = "pcie-to-pci"
-    PCI_TO_PCIE = "pci-to-pcie"
-    ROOT_INTEGRATED = "root-integrated"
-    ROOT_EVENT_COLLECTOR = "root-event-collector"
-
-
-@dataclass(frozen=True)
-class AcsControl:
-    """The ACS Control register (`ACSCtl:` in lspci): which access controls are enabled."""
-
-    source_validation: bool = False     # SrcValid
-    translation_blocking: bool = False  # TransBlk
-    request_redirect: bool = False      # ReqRedir
-    completion_redirect: bool = False   # CmpltRedir
-    upstream_forwarding: bool = False   # UpstreamFwd
-    egress_control: bool = False        # EgressCtrl
-    direct_translated: bool = False     # DirectTrans
-
-    @property
-    def redirects(self) -> bool:
-        """Peer-to-peer requests or completions are redirected upstream (through the root
-        complex / IOMMU) instead of being routed by the switch."""
-        return self.request_redirect or self.completion_redirect
-
-    def marks(self) -> str:
-        """lspci's spelling of the enabled bits, e.g. `SrcValid+ ReqRedir+ CmpltRedir+`."""
-        names = (("SrcValid", self.source_validation), ("TransBlk", self.translation_blocking),
-                 ("ReqRedir", self.request_redirect), ("CmpltRedir", self.completion_redirect),
-                 ("UpstreamFwd", self.upstream_forwarding), ("EgressCtrl", self.egress_control),
-                 ("DirectTrans", self.direct_translated))
-        return " ".join(f"{name}+" for name, enabled in names if enabled) or "none"
-
-
 @dataclass(frozen=True)
 class PciFunction:
     """One PCI function on a GPU/NIC path: the endpoint itself or a bridge above it."""
@@ -142,16 +102,6 @@ class PciTree:
 
 
 # ---- The kernel log --------------------------------------------------------------------
-
-
-class KernelEventKind(enum.StrEnum):
-    XID = "xid"                 # NVRM: Xid (PCI:0000:18:00): 79, ...
-    SXID = "sxid"               # nvidia-nvswitch: SXid (PCI:...): 20034, ...
-    LINK_DOWN = "link-down"     # mlx5_core / IB / netdev link down
-    LINK_UP = "link-up"
-    AER_CORRECTED = "aer-corrected"
-    AER_UNCORRECTED = "aer-uncorrected"   # non-fatal or fatal
-    NVLINK = "nvlink"           # NVLink errors the driver logs outside an Xid
 
 
 @dataclass(frozen=True)
