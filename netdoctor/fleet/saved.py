@@ -109,8 +109,11 @@ class SavedInputs:
                     log.warning("fleet input skipped", path=entry.path, error=error.strerror or str(error))
                     continue
                 if regular:
-                    self.add_path(Path(entry.path), in_directory=True)
+                    self._add_file(Path(entry.path), in_directory=True)
             return
+        self._add_file(path, in_directory=in_directory)
+
+    def _add_file(self, path: Path, *, in_directory: bool) -> None:
         try:
             # Lines end only at "\n", as the parallel shell cut them (`exact_lines`).
             handle = open_text(path)
@@ -139,7 +142,8 @@ class SavedInputs:
             )
             # A `.json` file may still be a saved pdsh sweep (`pdsh ... > sweep.json`).
             if first in "{[" or (not shell_output and (in_directory or path.suffix == ".json")):
-                rest, cut = read_head(handle, MAX_REPORT_CHARS - len(head))
+                # A head shorter than asked for is the whole file (most report files).
+                rest, cut = read_head(handle, MAX_REPORT_CHARS - len(head)) if len(head) == _SNIFF_CHARS else ("", False)
                 self.add_document(head + rest, source, cut=cut)
                 return
             attributed, unattributed = self._attributed(), self.unattributed_lines
