@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from netdoctor.errors import UsageError
+from netdoctor.report.json_report import LINE_CHARS
 from netdoctor.report.model import CheckOutcome, Finding, Grade, Report, Status
 from netdoctor.report.prometheus import escape_label_value
 from netdoctor.report.render import FORMATS, emit, render, use_color
@@ -144,6 +145,21 @@ def test_json_is_the_contract_object() -> None:
     assert data["checks"][1] == {"check": "link-speed", "status": "fail", "duration_s": 0.002, "required": True}
     assert data["netdoctor"] == "0.1.0"
     assert data["probe"] == {"busbw_gbps": 400.0}
+
+
+def test_json_for_a_pipe_is_short_lines_and_for_a_terminal_indented() -> None:
+    # srun splits an output line over 1024 bytes in two; the fleet reader ends a report at
+    # a line holding only its closing brace.
+    long_summary = "x" * 1500
+    report = _report(probe={"busbw_gbps": 400.0})
+    report.findings.append(Finding("mtu", Status.WARN, "ens2", long_summary))
+    piped = render(report, "json")
+    lines = piped.splitlines()
+    assert len(lines) > 2 and lines[-1] == "}" and piped.endswith("}\n")
+    assert [len(line) for line in lines if len(line) > LINE_CHARS] == [len(json.dumps(long_summary))]
+    assert json.loads(piped) == json.loads(render(report, "json", terminal=True))
+    indented = render(report, "json", terminal=True)
+    assert indented.startswith('{\n  "schema": "netdoctor.report/1"')
 
 
 def test_text_lists_grade_problems_then_per_check_lines() -> None:
