@@ -364,14 +364,16 @@ def _probe(options: CheckOptions, inventory: Inventory, wants_probe: bool, deadl
     if budget_s < 1.0 and options.probe_budget_s is None:
         return ProbeNotRun(f"no time left for the probe ({budget_s:.1f} s)", unknown=True), None
     nvml = inventory.source("nvml")
-    request = ProbeRequest(budget_s=options.probe_budget_s or budget_s, pass_fraction=pass_fraction,
-                           gpus=options.probe_gpus, engine=options.probe_engine)
-    node_gpus = tuple(gpu.index for gpu in inventory.gpus) if nvml.usable else None
     try:
         from netdoctor.probe import run_probe
+        from netdoctor.probe.engine import gpu_links_of
     except ImportError as error:
         missing = ProbeNotRun(f"the NCCL probe is not available: {error}", unknown=True)
         return missing, missing.to_json()
+    request = ProbeRequest(budget_s=options.probe_budget_s or budget_s, pass_fraction=pass_fraction,
+                           gpus=options.probe_gpus, engine=options.probe_engine,
+                           gpu_links=gpu_links_of(inventory.gpus) if nvml.usable else ())
+    node_gpus = tuple(gpu.index for gpu in inventory.gpus) if nvml.usable else None
     try:
         result = _call_with_deadline("nccl-probe", lambda: run_probe(request, node_gpus=node_gpus), deadline + 0.5)
     except _Timeout:

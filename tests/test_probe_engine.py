@@ -19,22 +19,24 @@ import pytest
 from netdoctor.host import runner
 from netdoctor.probe import engine, nccl_worker, worker
 from netdoctor.probe.dispatch import ENGINES, run_probe as dispatch_probe
-from netdoctor.probe.engine import WorkerRun, assemble, collect_gpu_links, run_worker, worker_environment
-from netdoctor.probe.expectation import expected_busbw
+from netdoctor.host.nvml import collect_nvml
+from netdoctor.inventory.model import Gpu, PcieLink
+from netdoctor.probe.engine import WorkerRun, assemble, gpu_links_of, run_worker, worker_environment
+from netdoctor.probe.expectation import GpuLinks, expected_busbw
 from netdoctor.probe.result import ProbeRequest, ProbeResult
 from tests.corpus_util import corpus_dir
 from tests.process_util import gone
-from tests.test_host_nvml import FakeGpu, FakeNvml, NVMLError_DriverNotLoaded
+from tests.test_host_nvml import FakeGpu, FakeNvml
 
 DEVICE = Path(__file__).parent / "data" / "device" / "nvidia-h200-x2"
 
 
 def run_probe(*, gpus: list[int] | None, budget_s: float, engine: str = "auto", sizes: list[int] | None = None,
               env: dict[str, str] | None = None, localise_below_fraction: float = 0.8,
-              node_gpus: tuple[int, ...] | None = None) -> ProbeResult:
+              node_gpus: tuple[int, ...] | None = None, gpu_links: tuple[GpuLinks, ...] = ()) -> ProbeResult:
     """One probe run as the pipeline asks for it (the pack's pass_fraction is 0.8 by default)."""
-    request = ProbeRequest(budget_s=budget_s, pass_fraction=localise_below_fraction,
-                           gpus=None if gpus is None else tuple(gpus), engine=engine, sizes=tuple(sizes or ()), env=env)
+    request = ProbeRequest(budget_s=budget_s, pass_fraction=localise_below_fraction, gpus=None if gpus is None else tuple(gpus),
+                           engine=engine, sizes=tuple(sizes or ()), env=env, gpu_links=gpu_links)
     return dispatch_probe(request, node_gpus=node_gpus)
 
 
@@ -189,7 +191,7 @@ def test_default_sizes_are_small_to_large() -> None:
     assert engine.DEFAULT_SIZES[0] <= 8192 and engine.DEFAULT_SIZES[-1] == 1 << 30
 
 
-# -- NVML facts: the discovery collector, mapped into GpuLinks ------------------------------
+# -- the GPUs' link facts: discovery's, mapped into GpuLinks ------------------------------
 
 def _fake_nvml(gpus: list[FakeGpu], *, max_links: int = 18, version: int = 6,
                gaps: bool = False) -> types.ModuleType:
@@ -207,34 +209,41 @@ def _fake_nvml(gpus: list[FakeGpu], *, max_links: int = 18, version: int = 6,
     return module
 
 
-def test_gpu_links_count_every_link_of_a_b200_with_index_gaps() -> None:
+def test_discovery_counts_every_link_of_a_b200_with_index_gaps() -> None:
     module = _fake_nvml([FakeGpu("NVIDIA B200", f"GPU-{index}", f"00000000:1{index}:00.0", 0) for index in range(2)],
                         max_links=36, version=7, gaps=True)
-    links = collect_gpu_links(None, module)
+    report, _ = collect_nvml(module)
+    assert report is not None
+    assert [(gpu["nvlink"]["active"], gpu["nvlink"]["total"], gpu["nvlink"]["version"]) for gpu in report["gpus"]] == [
+        (18, 18, 7), (18, 18, 7)]
+
+
+def _gpu(index: int, name: str | None = "NVIDIA B200", active: int | None = 18, version: int | None = 7,
+         lost: bool = False) -> Gpu:
+    return Gpu(index=index, name=name, nvlink_active=active, nvlink_total=18, nvlink_version=version,
+               pcie=PcieLink(f"0000:1{index}:00.0", current_gen=1, max_gen=5, current_width=16, max_width=16),
+               nvml_errors={"name": "GPU is lost"} if lost else {})
+
+
+def test_gpu_links_come_from_the_inventory_with_the_links_maximum() -> None:
+    links = gpu_links_of([_gpu(1), _gpu(0)])
     assert [(link.index, link.nvlink_active, link.nvlink_total, link.nvlink_version) for link in links] == [
         (0, 18, 18, "5.0"), (1, 18, 18, "5.0")]
     assert (links[0].pcie_gen, links[0].pcie_width) == (5, 16)       # the link's maximum, not the idle Gen1
     # 18 x 50 GB/s of NVLink 5.0, not the PCIe fallback a zero link count would give.
-    assert expected_busbw(links, 1 << 30).interconnect == "NVLink"
-    assert expected_busbw(links, 1 << 30).nominal_gbps == 900
+    assert expected_busbw(list(links), 1 << 30).interconnect == "NVLink"
+    assert expected_busbw(list(links), 1 << 30).nominal_gbps == 900
 
 
-def test_gpu_links_follow_the_selected_indices_and_keep_lost_gpus() -> None:
-    module = _fake_nvml([FakeGpu("NVIDIA H200", "GPU-a", "00000000:18:00.0", 0, nvlinks=[1] * 17 + [0]),
-                         FakeGpu("NVIDIA H200", "GPU-b", "00000000:2A:00.0", 0, lost=True),
-                         FakeGpu("NVIDIA H200", "GPU-c", "00000000:3B:00.0", 0, nvlinks=[1] * 18)])
-    links = collect_gpu_links([2, 0, 7], module)
+def test_selected_links_follow_the_requested_indices_and_lost_gpus_tell_nothing() -> None:
+    every = gpu_links_of([_gpu(0, "NVIDIA H200", 17, 6), _gpu(1, "NVIDIA H200", lost=True), _gpu(2, "NVIDIA H200", 18, 6)])
+    request = ProbeRequest(budget_s=10.0, pass_fraction=0.8, gpus=(2, 0, 7), gpu_links=every)
+    links = engine.selected_links(request)
     assert [(link.index, link.nvlink_active, link.nvlink_total) for link in links] == [(2, 18, 18), (0, 17, 18)]
     assert links[0].nvlink_version == "4.0" and links[0].name == "NVIDIA H200"
-    lost = collect_gpu_links([1], module)[0]
+    lost = every[1]
     # NVML lists it but tells nothing: no expectation is made up for it.
     assert (lost.name, lost.nvlink_active, lost.pcie_gen) == (None, None, None)
-
-
-def test_gpu_links_without_nvml() -> None:
-    fake = FakeNvml([], init_error=NVMLError_DriverNotLoaded(9))
-    assert collect_gpu_links(None, fake.module()) == []
-    assert fake.calls == ["init"]
 
 
 # -- the worker's process group: registered, and killed even when the caller gives up ------
@@ -321,17 +330,14 @@ def test_localisation_threshold_uses_the_callers_fraction(tmp_path: Path, monkey
     fake_worker.write_text(textwrap.dedent("""
         import json, sys
         config = json.loads(sys.argv[1])
-        line = sys.stdin.readline() if config["localise_below_gbps"] == "stdin" else "null"
-        json.dump({"status": "ok", "sizes": [], "reason": line.strip()}, open(sys.argv[2], "w"))
+        json.dump({"status": "ok", "sizes": [], "reason": json.dumps(config["localise_below_gbps"])}, open(sys.argv[2], "w"))
     """))
-    module = _fake_nvml([FakeGpu("NVIDIA H200", f"GPU-{index}", f"00000000:1{index}:00.0", 0, nvlinks=[1] * 18)
-                         for index in range(2)])
+    links = gpu_links_of([_gpu(index, "NVIDIA H200", 18, 6) for index in range(2)])
     monkeypatch.setattr(nccl_worker, "WORKER", fake_worker)
-    monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: collect_gpu_links(indices, module))
-    expected = expected_busbw(collect_gpu_links(None, module), 1 << 30).busbw_gbps
+    expected = expected_busbw(list(links), 1 << 30).busbw_gbps
     assert expected == pytest.approx(331.8, abs=0.1)
     for fraction in (0.5, 0.9):
-        result = run_probe(gpus=[0, 1], budget_s=10.0, localise_below_fraction=fraction)
+        result = run_probe(gpus=[0, 1], budget_s=10.0, localise_below_fraction=fraction, gpu_links=links)
         assert float(result.reason) == pytest.approx(expected * fraction, abs=0.01)    # the worker echoes it
         assert [link.nvlink_active for link in result.gpu_links] == [18, 18]
     bad = run_probe(gpus=[0, 1], budget_s=10.0, localise_below_fraction=0)
@@ -383,7 +389,6 @@ def test_a_kill_is_told_apart_by_the_workers_phase(init_done: bool, code: str, p
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nccl_worker, "WORKER", _phase_worker(tmp_path / "worker.py", init_done=init_done,
                                                         started=tmp_path / "started"))
-    monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: [])      # no NVML in this Python
     result = run_probe(gpus=None, budget_s=engine.MIN_PROBE_BUDGET_S)
     assert result.status == "timeout"
     assert result.reason_code == code and result.timeout_phase == phase
@@ -423,16 +428,13 @@ def test_nccl_tests_kill_uses_nccls_init_complete(init_complete: bool, code: str
     assert result.status == "timeout" and result.reason_code == code
 
 
-def test_nccl_tests_gpu_selection_is_checked_against_nvml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    module = _fake_nvml([FakeGpu("NVIDIA H200", f"GPU-{index}", f"00000000:1{index}:00.0", 0, nvlinks=[1] * 18)
-                         for index in range(2)])
-    monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: collect_gpu_links(indices, module))
+def test_nccl_tests_gpu_selection_is_checked_against_the_discovered_gpus(tmp_path: Path) -> None:
     env = _fake_all_reduce_perf(tmp_path, init_complete=True)
-    bad = run_probe(gpus=[0, 5], engine="nccl-tests", budget_s=5.0, env=env)
+    bad = run_probe(gpus=[0, 5], engine="nccl-tests", budget_s=5.0, env=env, gpu_links=gpu_links_of(
+        [_gpu(index, "NVIDIA H200", 18, 6) for index in range(2)]))
     assert bad.status == "error" and bad.reason_code == "bad-gpus"
     assert bad.reason == "GPU index [5] does not exist: 2 GPU(s) visible"
     # Without NVML the count for -g N is unknown: an error, not "0 GPU(s)", which reads as GPU-less.
-    monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: [])
     uncounted = run_probe(gpus=None, engine="nccl-tests", budget_s=5.0, env=env)
     assert uncounted.status == "error" and uncounted.reason_code == "no-gpu-count"
 
@@ -441,7 +443,6 @@ def test_a_kill_during_init_with_a_generous_budget_is_a_hang(tmp_path: Path, mon
     """Twice what a healthy node needs and NCCL init still not done: fail as a timeout, not unknown."""
     monkeypatch.setattr(nccl_worker, "WORKER", _phase_worker(tmp_path / "worker.py", init_done=False,
                                                         started=tmp_path / "started"))
-    monkeypatch.setattr(engine, "collect_gpu_links", lambda indices: [])
     monkeypatch.setattr(engine, "INIT_HANG_BUDGET_S", engine.MIN_PROBE_BUDGET_S)   # keep the test at 3 s
     result = run_probe(gpus=None, budget_s=engine.MIN_PROBE_BUDGET_S)
     assert result.status == "timeout" and result.reason_code == "timeout"

@@ -1,4 +1,4 @@
-"""What every probe engine shares: the interface, the worker process, its log, NVML link facts.
+"""What every probe engine shares: the interface, the worker process, its log, the GPUs' link facts.
 
 An engine (`ProbeEngine`) turns a `ProbeRequest` into a `ProbeResult`; the engines are
 listed in netdoctor.probe.dispatch, which validates the request and the budget first.
@@ -15,7 +15,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -24,9 +24,9 @@ import structlog
 
 from netdoctor.errors import ParseError
 from netdoctor.host.files import read_regular
-from netdoctor.host.nvml import collect_nvml
 from netdoctor.host.runner import run_merged
 from netdoctor.host.types import CommandSpec, CommandState
+from netdoctor.inventory.model import Gpu
 from netdoctor.parsers.nccl import NcclLogFacts, parse_nccl_log
 from netdoctor.probe.expectation import GpuLinks, nvlink_version_name
 from netdoctor.probe.result import ProbeRequest, ProbeResult, Transport
@@ -128,32 +128,28 @@ def worker_environment(env: Mapping[str, str] | None) -> dict[str, str]:
     return merged                                  # the runner adds LC_ALL=C, as for every process
 
 
-def _no_dmabuf_query(address: str) -> bool | None:
-    return None     # not needed here; asking libcuda would cuInit in the parent as well
+def gpu_links_of(gpus: Iterable[Gpu]) -> tuple[GpuLinks, ...]:
+    """NVLink version/links and PCIe max gen/width per GPU, as discovery found them (NVML
+    first); a GPU fallen off the bus tells nothing, so no expectation is made up for it."""
+    links: list[GpuLinks] = []
+    for gpu in sorted(gpus, key=lambda gpu: gpu.index):
+        if gpu.lost:
+            links.append(GpuLinks(index=gpu.index))
+            continue
+        pcie = gpu.pcie
+        links.append(GpuLinks(
+            index=gpu.index, name=gpu.name, nvlink_version=nvlink_version_name(gpu.nvlink_version, gpu.name),
+            nvlink_active=gpu.nvlink_active, nvlink_total=gpu.nvlink_total,
+            pcie_gen=pcie.max_gen if pcie else None, pcie_width=pcie.max_width if pcie else None))
+    return tuple(links)
 
 
-def collect_gpu_links(indices: list[int] | None, nvml_module: Any = None) -> list[GpuLinks]:
-    """NVLink version/links and PCIe max gen/width per GPU (in `indices` order); [] without NVML.
-
-    The facts come from netdoctor.host.nvml, the collector discovery uses (it counts the
-    links of GPUs whose link indices have gaps, such as B200). `nvml_module` replaces
-    pynvml (tests).
-    """
-    report, status = collect_nvml(nvml_module, dmabuf_query=_no_dmabuf_query)
-    if report is None:
-        log.debug("NVML unavailable for the probe's expectation", reason=status)
-        return []
-    by_index: dict[int, GpuLinks] = {}
-    for gpu in report.get("gpus") or []:
-        name = gpu.get("name") if isinstance(gpu.get("name"), str) else None
-        nvlink = gpu.get("nvlink") or {}
-        pcie = gpu.get("pcie") or {}
-        by_index[gpu["index"]] = GpuLinks(
-            index=gpu["index"], name=name, nvlink_version=nvlink_version_name(nvlink.get("version"), name),
-            nvlink_active=nvlink.get("active"), nvlink_total=nvlink.get("total"),
-            pcie_gen=pcie.get("max_gen"), pcie_width=pcie.get("max_width"))
-    order = indices if indices is not None else sorted(by_index)
-    return [by_index[index] for index in order if index in by_index]
+def selected_links(request: ProbeRequest) -> list[GpuLinks]:
+    """The request's GPUs' link facts, in the order it names them (every GPU by default)."""
+    if request.gpus is None:
+        return list(request.gpu_links)
+    by_index = {link.index: link for link in request.gpu_links}
+    return [by_index[index] for index in request.gpus if index in by_index]
 
 
 def describe_transport(facts: NcclLogFacts | None) -> Transport:

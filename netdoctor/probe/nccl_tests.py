@@ -24,7 +24,7 @@ class NcclTestsEngine:
     def run(self, request: ProbeRequest) -> ProbeResult:
         started = time.monotonic()
         environment = engine.worker_environment(request.env)
-        every_gpu = engine.collect_gpu_links(None)
+        every_gpu = list(request.gpu_links)
         known = {link.index for link in every_gpu}
         missing = [index for index in request.gpus or () if index not in known]
         if every_gpu and missing:

@@ -12,7 +12,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import IO
 
 from netdoctor.probe import engine
 from netdoctor.probe.expectation import GpuLinks, expected_busbw
@@ -36,32 +35,21 @@ class NcclWorkerEngine:
     name = "nccl"
 
     def run(self, request: ProbeRequest) -> ProbeResult:
-        """Start the worker, then read NVML while it initialises CUDA (the two overlap) and
-        send it the localisation threshold on its stdin."""
         started = time.monotonic()
         gpus = None if request.gpus is None else list(request.gpus)
-        gpu_links: list[GpuLinks] = []
-
-        def meanwhile(stdin: IO[bytes]) -> None:
-            gpu_links.extend(engine.collect_gpu_links(gpus))
-            threshold = localise_threshold(gpu_links, request.gpus, request.sizes[-1], request.pass_fraction)
-            try:
-                stdin.write(json.dumps(threshold).encode() + b"\n")
-                stdin.flush()
-            except OSError:
-                pass      # the worker already ended; its result says why
-
+        gpu_links = engine.selected_links(request)
+        threshold = localise_threshold(gpu_links, request.gpus, request.sizes[-1], request.pass_fraction)
         env = engine.worker_environment(request.env)
         with tempfile.TemporaryDirectory(prefix="netdoctor-probe-") as directory:
             result_path = Path(directory) / "result.json"
             config = {"gpus": gpus, "sizes": list(request.sizes),
                       "budget_s": max(request.budget_s - PARENT_RESERVE_S, 0.1),
-                      "localise_below_gbps": "stdin", "localise_reserve_s": LOCALISE_RESERVE_S,
+                      "localise_below_gbps": threshold, "localise_reserve_s": LOCALISE_RESERVE_S,
                       "nccl_library": env.get("NETDOCTOR_NCCL_LIBRARY") or None,
                       # Measuring longer than ~0.6 s changes busbw by < 1 % (benchmarks/results/probe.md)
                       # but adds to every prolog run; small budgets get 10 % of their time.
                       "measure_s": max(0.3, min(0.6, request.budget_s * 0.1))}
             argv = [sys.executable, "-B", str(WORKER), json.dumps(config), str(result_path)]
             left = request.budget_s - (time.monotonic() - started)
-            run = engine.run_worker(argv, env, left, result_path, while_running=meanwhile)
+            run = engine.run_worker(argv, env, left, result_path)
         return dataclasses.replace(engine.assemble(run, request.budget_s), gpu_links=tuple(gpu_links))

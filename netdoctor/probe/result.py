@@ -48,6 +48,9 @@ class ProbeRequest:
     engine: str = "auto"
     sizes: tuple[int, ...] = ()                  # () : the engine's default sizes
     env: Mapping[str, str] | None = None         # None: this process's environment
+    # Every GPU's link facts as discovery found them (`engine.gpu_links_of`): the bandwidth
+    # model's input and the GPU count; the probe does not ask NVML again.
+    gpu_links: tuple[GpuLinks, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import select
 import struct
 import sys
 import time
@@ -575,19 +574,9 @@ class Probe:
 
     # -- localisation --------------------------------------------------------------------
     def localise_threshold(self) -> float | None:
-        """The busbw under which to localise: from the config, or (`"stdin"`) sent by the
-        parent while this worker initialised, so its NVML queries overlap our cuInit."""
+        """The busbw under which to localise (the parent's expectation x the pack's fraction)."""
         threshold = self.config.get("localise_below_gbps")
-        if threshold != "stdin":
-            return None if threshold is None else float(threshold)
-        ready, _, _ = select.select([sys.stdin], [], [], max(self.left() - TEARDOWN_RESERVE_S, 0.0))
-        if not ready:
-            return None
-        try:
-            value = json.loads(sys.stdin.readline() or "null")
-        except ValueError:
-            return None
-        return float(value) if isinstance(value, (int, float)) else None
+        return float(threshold) if isinstance(threshold, (int, float)) else None
 
     def localise(self) -> None:
         threshold = self.localise_threshold()
