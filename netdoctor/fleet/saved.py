@@ -14,6 +14,7 @@ normal case).
 
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections.abc import Iterable
@@ -27,7 +28,7 @@ from netdoctor.fleet.bounded import MAX_REPORT_CHARS, chunks, describe_json_erro
 from netdoctor.fleet.model import NodeGrade, NodeSummary, no_report, summarize_report
 from netdoctor.fleet.shell import MAX_LINE_CHARS as _MAX_NOISE_CHARS
 from netdoctor.fleet.shell import SHELL_STARTS
-from netdoctor.host.files import open_text
+from netdoctor.host.files import open_text, read_prefix
 
 log = structlog.get_logger(__name__)
 
@@ -115,8 +116,9 @@ class SavedInputs:
 
     def _add_file(self, path: Path, *, in_directory: bool) -> None:
         try:
+            small, more = read_prefix(path, _SNIFF_CHARS)
             # Lines end only at "\n", as the parallel shell cut them (`exact_lines`).
-            handle = open_text(path)
+            handle = open_text(path) if more else io.StringIO(small.decode("utf-8", "replace"), newline="\n")
         except OSError as error:
             raise UsageError(f"cannot read fleet input {path}: {error.strerror or error}") from error
         source = str(path)

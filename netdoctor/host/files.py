@@ -235,6 +235,21 @@ def open_lock_file(path: Path) -> int:
     return descriptor
 
 
+def read_prefix(path: Path, max_bytes: int) -> tuple[bytes, bool]:
+    """At most `max_bytes` of the file at `path`, and whether it holds more: one small read
+    where a text stream would cost three times as much (ten thousand report files)."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        chunks, size = [], 0
+        while size <= max_bytes and (chunk := os.read(descriptor, max_bytes + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(descriptor)
+    data = b"".join(chunks)
+    return data[:max_bytes], size > max_bytes
+
+
 def open_text(path: Path) -> TextIO:
     """The file at `path` as text whose lines end only at "\n" (a lone CR is data, as a parallel
     shell cut the lines), undecodable bytes replaced. For large inputs read as a stream."""
