@@ -137,6 +137,72 @@ def need_probe(inventory: Inventory, probe: ProbeInput) -> Verdict:
     return None
 
 
+def _unknown_from(inventory: Inventory, names: tuple[str, ...], what: str) -> Verdict:
+    """UNKNOWN with the first named source's reason that explains why `what` is missing."""
+    statuses = [inventory.source(name) for name in names]
+    bad = _first_bad(statuses) or next((status for status in statuses if status.state is not SourceState.OK), None)
+    return (Status.UNKNOWN, f"{what}: {bad.reason()}" if bad is not None else what)
+
+
+def need_nvlink(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    verdict = need_gpus(inventory, probe)
+    if verdict is not None:
+        return verdict
+    gpus = inventory.gpus
+    if any(gpu.nvlinks or gpu.nvlink_total for gpu in gpus):
+        return None
+    if all(gpu.nvlink_total == 0 for gpu in gpus):
+        return (Status.SKIP, "no NVLinks (PCIe GPUs)")
+    return _unknown_from(inventory, ("nvml", "nvidia-smi-nvlink-s"), "NVLink state is not known")
+
+
+def need_fabric(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    verdict = need_gpus(inventory, probe)
+    if verdict is not None:
+        return verdict
+    if any(gpu.fabric is not None for gpu in inventory.gpus) or inventory.nvswitches is not None:
+        return None
+    return _unknown_from(inventory, ("nvml", "sysfs"), "neither NVML's fabric state nor the PCI bus was read")
+
+
+def need_pcie_path(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    if not inventory.gpus and not inventory.hcas:
+        return need_pcie(inventory, probe)
+    if inventory.pci_tree is not None and inventory.pci_tree.functions:
+        return None
+    return _unknown_from(inventory, ("sysfs", "lspci-vvv"), "the PCIe tree above the GPUs and NICs was not read")
+
+
+def need_kernel_log(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    if inventory.kernel_log is not None:
+        return None
+    return _unknown_from(inventory, ("dmesg",), "the kernel log was not read")
+
+
+def need_transceiver(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    verdict = need_rdma(inventory, probe)
+    if verdict is not None:
+        return verdict
+    if any(port.module is not None for port in inventory.ports):
+        return None
+    sources = _sources_with_prefix(inventory, "mlxlink-m-") + _sources_with_prefix(inventory, "ethtool-m-")
+    bad = _first_bad(sources) or next((source for source in sources if not source.usable), None)
+    return (Status.UNKNOWN, f"no module readings: {bad.reason()}" if bad else "no module readings (mlxlink -m / ethtool -m not run)")
+
+
+def need_versions(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    return None      # whatever versions were found are reported; none missing stops a judgement
+
+
+def need_neighbors(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    verdict = need_rdma(inventory, probe)
+    if verdict is not None:
+        return verdict
+    if any(port.neighbor is not None for port in inventory.ports):
+        return None
+    return (Status.UNKNOWN, "no port's first-hop switch is known (iblinkinfo, smpquery, lldpctl)")
+
+
 need_ib = _link_layer_need(LinkLayer.INFINIBAND, "InfiniBand")
 need_roce = _link_layer_need(LinkLayer.ETHERNET, "RoCE")
 
@@ -150,6 +216,13 @@ NEED_JUDGES: dict[str, Callable[[Inventory, ProbeInput], Verdict]] = {
     "counters": need_counters,
     "qos": need_qos,
     "probe": need_probe,
+    "nvlink": need_nvlink,
+    "fabric": need_fabric,
+    "pcie-path": need_pcie_path,
+    "kernel-log": need_kernel_log,
+    "transceiver": need_transceiver,
+    "versions": need_versions,
+    "neighbors": need_neighbors,
 }
 
 
