@@ -69,3 +69,11 @@ def natural_key(name: str) -> tuple[int | str, ...]:
     """Sort key that puts `mlx5_10` after `mlx5_9`, not between `mlx5_1` and `mlx5_2` as tools list them."""
     return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
 
+
+def duration_text(seconds: float) -> str:
+    """A span for people: 45 s, 10 min, 1.5 h."""
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 90:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"

@@ -18,6 +18,7 @@ from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.inventory.model import Hca, LinkLayer, Port
 from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
 from netdoctor.packs import PortClass
+from netdoctor.util import duration_text
 
 HW_PREFIX = "hw_counters/"   # how netdoctor.checks.history keys hw counters in the history
 PHYSICAL_REMEDY = ("physical-layer errors: reseat or replace the cable/transceiver, check `mlxlink -d {hca} -m` "
@@ -70,14 +71,6 @@ HW_COUNTERS = (
 )
 ETHERNET_ONLY = frozenset({"roce_adp_retrans"})
 XMIT_WAIT = CounterSpec("port_xmit_wait", 32, "ticks with data to send but no flow-control credit", "")
-
-
-def _duration(seconds: float) -> str:
-    if seconds >= 3600:
-        return f"{seconds / 3600:.1f} h"
-    if seconds >= 90:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds:.0f} s"
 
 
 def _rate(count: float) -> str:
@@ -153,7 +146,7 @@ def _judge_counter(ctx: CheckContext, hca: Hca, port: Port, spec: CounterSpec, v
                 per_hour = delta * 3600 / elapsed_s
                 out.findings.append(ctx.graded(
                     _severity(ctx, rule), port.name,
-                    f"{spec.name} rose by {at_least}{delta} in {_duration(elapsed_s)} "
+                    f"{spec.name} rose by {at_least}{delta} in {duration_text(elapsed_s)} "
                     f"({_rate(per_hour)}/h; {limit_text}): {spec.meaning}",
                     evidence={"counter": spec.name, "value": value, "previous": previous, "delta": delta,
                               "elapsed_s": round(elapsed_s, 1), "per_hour": round(per_hour, 3),
@@ -166,7 +159,7 @@ def _judge_counter(ctx: CheckContext, hca: Hca, port: Port, spec: CounterSpec, v
             if spec.name == "symbol_error" and (not port.is_active or port.rate is None or port.rate.gbps is None):
                 why = "the port is not active, so the BER limit has no rate to apply to"
             else:
-                why = f"{_duration(elapsed_s)} since the last run is shorter than rate_min_interval_s"
+                why = f"{duration_text(elapsed_s)} since the last run is shorter than rate_min_interval_s"
             if not absolute:
                 out.notes.append(f"{spec.name} growth not judged: {why}")
                 return
@@ -207,7 +200,7 @@ def _judge_xmit_wait(ctx: CheckContext, port: Port, previous: Mapping[str, int |
     if per_second > limit and elapsed_s >= float(ctx.rule("rate_min_interval_s")):
         out.findings.append(ctx.graded(
             str(ctx.rule("port_xmit_wait_severity")), port.name,
-            f"port_xmit_wait grew {per_second:.0f}/s over {_duration(elapsed_s)} (limit {limit:g}/s): "
+            f"port_xmit_wait grew {per_second:.0f}/s over {duration_text(elapsed_s)} (limit {limit:g}/s): "
             "the port is often blocked by congestion", evidence={"counter": "port_xmit_wait",
                                                                  "per_second": round(per_second, 1)},
             remedy="congestion, not a link fault: check the fabric's congestion control and traffic placement",
@@ -225,7 +218,7 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port) -> list[Finding]:
         no_history = "there is no earlier reading of this port"
     elif elapsed_s is not None and elapsed_s > max_age_s:
         # A rate over weeks hides a burst of errors from the last hours: judge the level instead.
-        no_history = f"the last reading is {_duration(elapsed_s)} old (history_max_age_s {max_age_s:g})"
+        no_history = f"the last reading is {duration_text(elapsed_s)} old (history_max_age_s {max_age_s:g})"
         previous, elapsed_s = None, None
     else:
         no_history = ""
@@ -286,7 +279,7 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port) -> list[Finding]:
     judged = len(available) + sum(1 for spec in HW_COUNTERS if spec.name in port.hw_counters
                                   and (spec.name not in ETHERNET_ONLY or port.link_layer is LinkLayer.ETHERNET))
     if elapsed_s is not None:
-        summary = f"no error growth beyond limits in {_duration(elapsed_s)} ({judged} counters)"
+        summary = f"no error growth beyond limits in {duration_text(elapsed_s)} ({judged} counters)"
     else:
         summary = f"error counters within absolute limits ({no_history}; growth not judged)"
     if out.notes:

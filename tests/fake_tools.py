@@ -29,6 +29,9 @@ elif tool == "nvidia-smi":
     name = "nvidia-smi-" + "-".join(a.lstrip("-") for a in args)
 elif tool == "ibv_devinfo":
     name = "ibv_devinfo-" + "-".join(a.lstrip("-") for a in args)
+elif tool == "systemctl":
+    # systemctl show UNIT -p ...
+    name = "systemctl-show-" + (args[1] if len(args) > 1 else "")
 else:
     name = tool
 base = os.path.join({commands!r}, name)
@@ -59,6 +62,7 @@ TOOLS = {
     "ibdev2netdev": ("ibdev2netdev",),
     "perfquery": ("perfquery-x-",),
     "mlnx_qos": ("mlnx_qos-",),
+    "systemctl": ("systemctl-show-",),
 }
 
 

@@ -31,7 +31,7 @@ INDEX = tomllib.loads((NODES / "INDEX.toml").read_text(encoding="utf-8"))["fixtu
 NAMES = sorted(INDEX)
 # The checks, plus `discovery`: a source that hung is reported (what the checks judged without).
 CHECK_IDS = {"port-state", "link-speed", "pcie-link", "error-counters", "mtu", "pfc-ecn", "gpudirect",
-             "gpu-nic-affinity", "nccl-probe", "discovery"}
+             "gpu-nic-affinity", "nccl-probe", "discovery", "nvlink", "nvswitch-fabric"}
 LANE_GBPS = {"SDR": 2.5, "DDR": 5, "QDR": 10, "FDR10": 10, "FDR": 14, "EDR": 25, "HDR": 50, "NDR": 100, "XDR": 200}
 PCIE_GEN = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
 IB_MTUS = (256, 512, 1024, 2048, 4096)
@@ -149,7 +149,7 @@ PERFQUERY_NAMES = {
 def test_index_lists_exactly_the_fixture_directories() -> None:
     directories = sorted(path.name for path in NODES.iterdir() if path.is_dir())
     assert directories == NAMES
-    assert len(NAMES) == 21
+    assert len(NAMES) == 26
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -185,6 +185,7 @@ def test_snapshot_json(name: str) -> None:
 def test_counter_pairs_share_boot_and_are_600_seconds_apart() -> None:
     pairs = [(name, INDEX[name]["baseline"]) for name in NAMES if "baseline" in INDEX[name]]
     assert sorted(pairs) == [("dgx-h100-link-downed-b", "dgx-h100-link-downed-a"),
+                             ("dgx-h100-nvlink-replay-b", "dgx-h100-nvlink-replay-a"),
                              ("dgx-h100-symbol-errors-b", "dgx-h100-symbol-errors-a")]
     for later, earlier in pairs:
         meta_later = json.loads(read(NODES / later, "snapshot.json"))
@@ -196,7 +197,7 @@ def test_counter_pairs_share_boot_and_are_600_seconds_apart() -> None:
 
 
 COMMAND_NAME = re.compile(r"nvidia-smi-topo-m|ibstat|ibv_devinfo-v|iblinkinfo|ibdev2netdev|"
-                          r"perfquery-x-[\w]+-\d+|mlnx_qos-[\w.-]+")
+                          r"perfquery-x-[\w]+-\d+|mlnx_qos-[\w.-]+|systemctl-show-nvidia-(?:fabricmanager|imex)")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -507,9 +508,14 @@ CHANGED: dict[str, list[str]] = {
     "roce-h100-no-pfc": ["commands/mlnx_qos-ens*np0.out"],
     "roce-h100-ecn-off": ["sys/class/net/ens*np0/ecn/roce_*/enable/3"],
     "roce-h100-mtu-1500": ["commands/ibv_devinfo-v.out", "sys/class/net/ens3np0/mtu"],
+    "dgx-h100-nvlinks-down": ["nvml.json"],
+    "dgx-h100-fabric-manager-failed": ["nvml.json", "commands/systemctl-show-nvidia-fabricmanager.out"],
+    "dgx-h100-fabric-in-progress": ["nvml.json"],
+    "dgx-h100-nvlink-replay-a": ["nvml.json"],
 }
 CHANGED["dgx-h100-symbol-errors-b"] = CHANGED["dgx-h100-symbol-errors-a"]
 CHANGED["dgx-h100-link-downed-b"] = CHANGED["dgx-h100-link-downed-a"]
+CHANGED["dgx-h100-nvlink-replay-b"] = CHANGED["dgx-h100-nvlink-replay-a"]
 
 
 def tree(root: Path, host: str, base_host: str) -> dict[str, bytes]:

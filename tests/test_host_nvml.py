@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,16 @@ class FakeGpu:
     numa: int | None                   # None: nvmlDeviceGetNumaNodeId not supported
     nvlinks: list[int] = field(default_factory=list)   # state per existing link index
     lost: bool = False
+    replay_errors: dict[int, int] = field(default_factory=dict)   # link -> NVLink replay counter
+    fabric_state: int | None = None    # nvmlGpuFabricState_t; None: fabric info not supported
+    virtualization_mode: int = 0
+
+
+class FabricInfoV(ctypes.Structure):
+    """nvidia-ml-py's c_nvmlGpuFabricInfoV_t, filled by the fake through the pointer it gets."""
+
+    _fields_ = [("version", ctypes.c_uint), ("clusterUuid", ctypes.c_char * 16), ("status", ctypes.c_uint),
+                ("cliqueId", ctypes.c_uint), ("state", ctypes.c_ubyte), ("healthMask", ctypes.c_uint)]
 
 
 @dataclass
@@ -79,6 +90,24 @@ class FakeNvml:
                 raise NVMLError(3)
             return value
 
+        def error_counter(handle: Any, link: int, counter: int) -> int:
+            return gpu(handle).replay_errors.get(link, 0) if counter == 0 else 0
+
+        def remote(handle: Any, link: int) -> Any:
+            gpu(handle)
+            return types.SimpleNamespace(busId=b"00000000:05:00.0" if link % 2 == 0 else b"FFFFFFFF:FF:FF.0")
+
+        def field_values(handle: Any, fields: list[tuple[int, int]]) -> list[Any]:
+            gpu(handle)
+            return [types.SimpleNamespace(nvmlReturn=0, value=types.SimpleNamespace(uiVal=26562)) for _ in fields]
+
+        def fabric(handle: Any, reference: Any) -> None:
+            state = gpu(handle).fabric_state
+            if state is None:
+                raise NVMLError(3)
+            info = reference._obj
+            info.state, info.status, info.cliqueId, info.clusterUuid = state, 0, 7, bytes(range(1, 17))
+
         fake.nvmlInit = init
         fake.nvmlShutdown = lambda: self.calls.append("shutdown")
         fake.nvmlSystemGetDriverVersion = lambda: b"580.95.05"
@@ -98,6 +127,14 @@ class FakeNvml:
         fake.nvmlDeviceGetNvLinkState = nvlink_state
         fake.nvmlDeviceGetNvLinkVersion = lambda handle, link: 4
         fake.nvmlDeviceGetPerformanceState = lambda handle: (gpu(handle), 8)[1]
+        fake.nvmlDeviceGetNvLinkErrorCounter = error_counter
+        fake.nvmlDeviceGetNvLinkRemotePciInfo_v2 = remote
+        fake.nvmlDeviceGetFieldValues = field_values
+        fake.c_nvmlGpuFabricInfoV_t = FabricInfoV
+        fake.nvmlGpuFabricInfo_v2 = 0x2000024
+        fake.nvmlDeviceGetGpuFabricInfoV = fabric
+        fake.nvmlDeviceGetVbiosVersion = lambda handle: (gpu(handle), "96.00.89.00.01")[1]
+        fake.nvmlDeviceGetVirtualizationMode = lambda handle: gpu(handle).virtualization_mode
         return fake
 
 
@@ -109,7 +146,8 @@ def test_two_healthy_gpus_one_lost(tmp_path: Path) -> None:
     (tmp_path / "bus/pci/devices/0000:2a:00.0").mkdir(parents=True)
     (tmp_path / "bus/pci/devices/0000:2a:00.0/numa_node").write_text("1\n")
     fake = FakeNvml([
-        FakeGpu("NVIDIA H100 80GB HBM3", "GPU-aaaa", "00000000:18:00.0", 0, nvlinks=[1] * 17 + [0]),
+        FakeGpu("NVIDIA H100 80GB HBM3", "GPU-aaaa", "00000000:18:00.0", 0, nvlinks=[1] * 17 + [0],
+                replay_errors={3: 12}, fabric_state=3, virtualization_mode=1),
         FakeGpu("NVIDIA H100 80GB HBM3", "GPU-bbbb", "00000000:2A:00.0", None),      # NUMA from sysfs, no NVLink
         FakeGpu("NVIDIA H100 80GB HBM3", "GPU-cccc", "00000000:3B:00.0", 0, lost=True),
     ])
@@ -125,19 +163,28 @@ def test_two_healthy_gpus_one_lost(tmp_path: Path) -> None:
     assert (report["driver_version"], report["cuda_driver_version"], report["nvml_version"]) == (
         "580.95.05", 13000, "13.580.95.05")
     first, second, lost = report["gpus"]
+    links = first.pop("nvlink").pop("links")
     assert first == {
         "index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-aaaa", "pci_bus_id": "00000000:18:00.0",
         "numa_node": 0, "pcie": {"cur_gen": 1, "max_gen": 5, "gpu_max_gen": 5, "cur_width": 16, "max_width": 16},
-        "nvlink": {"active": 17, "total": 18, "version": 4}, "performance_state": 8, "dmabuf_supported": True,
-        "errors": {},
+        "fabric": {"state": "completed", "status": "success", "clique_id": 7,
+                   "cluster_uuid": "01020304-0506-0708-090a-0b0c0d0e0f10"},
+        "vbios_version": "96.00.89.00.01", "virtualization_mode": "passthrough",
+        "performance_state": 8, "dmabuf_supported": True, "errors": {},
     }
+    # CONTRACT 6.2: per link state, speed (MB/s), the far end's PCI address, the error counters.
+    assert len(links) == 18 and links[17]["state"] == "inactive" and links[17]["remote_pci_bus_id"] is None
+    assert links[0] == {"link": 0, "state": "active", "speed_mbps": 26562, "remote_pci_bus_id": "0000:05:00.0",
+                        "errors": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 0}}
+    assert links[3]["errors"]["replay"] == 12 and links[1]["remote_pci_bus_id"] is None    # FFFFFFFF:FF:FF.0
     assert second["numa_node"] == 1 and second["errors"] == {}
-    assert second["nvlink"] == {"active": 0, "total": 0, "version": None}
+    assert second["nvlink"] == {"active": 0, "total": 0, "version": None, "links": []}
+    assert second["fabric"]["state"] == "not_supported" and second["virtualization_mode"] == "none"
     assert second["dmabuf_supported"] is False
     assert lost["name"] is None and lost["pcie"]["cur_gen"] is None and lost["performance_state"] is None
     assert lost["errors"]["name"] == "GPU is lost"
     assert lost["errors"]["pcie.max_width"] == "GPU is lost"
-    assert lost["nvlink"] == {"active": None, "total": None, "version": None}
+    assert lost["nvlink"] == {"active": None, "total": None, "version": None, "links": None}
     assert lost["errors"]["nvlink"].startswith("link 0: GPU is lost; link 1: GPU is lost")
     assert seen == ["0000:18:00.0", "0000:2a:00.0"]
     assert fake.calls == ["init", "shutdown"]

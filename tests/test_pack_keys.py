@@ -28,7 +28,7 @@ import json
 import re
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +36,12 @@ import pytest
 
 from inventory_factory import dgx_h100, history_of, roce_node
 from netdoctor.checks.api import Check, CheckContext, CounterHistory
+from netdoctor.checks.history import nvlink_key
 from netdoctor.checks.needs import gate
 from netdoctor.checks.registry import Registry
 from netdoctor.probe.result import ProbeResult
 from netdoctor.errors import RulesError
-from netdoctor.inventory.model import Inventory, SourceState, SourceStatus
+from netdoctor.inventory.model import GpuFabric, Inventory, NvLink, ServiceState, SourceState, SourceStatus
 from netdoctor.packs import RulePack, bundled_packs, load_rules
 from netdoctor.run import discover, open_source
 
@@ -118,6 +119,18 @@ def everything_wrong() -> list[Inventory]:
             netdev.mtu = 1500
         inventory.pci_gpus = {**{gpu.pci_address: "0x2330" for gpu in inventory.gpus if gpu.pci_address},
                               "0000:e0:00.0": "0x2330"}
+    # NVLinks with high error counters, a GPU with links down, fabric registration stuck, the
+    # fabric manager restarting (nvlink, nvswitch-fabric).
+    fabric_states = ("in_progress", "not_started", "completed")
+    nodes[0].gpus = [replace(gpu, nvlink_total=18, nvlink_active=16 if gpu.index == 0 else 18, nvlink_version=6,
+                             nvlinks=tuple(NvLink(link, active=not (gpu.index == 0 and link < 2), speed_mbps=26562,
+                                                  errors={"replay": 50000, "recovery": 0, "crc_flit": 0, "crc_data": 0})
+                                           for link in range(18)),
+                             fabric=GpuFabric(fabric_states[gpu.index % 3], "success", 1, "9f1c6a9e-1d1b-4c1e-9a42-2b3a0f6c7d11"))
+                     for gpu in nodes[0].gpus]
+    nodes[0].nvswitches = ("0000:05:00.0",)
+    nodes[0].services = {"nvidia-fabricmanager": ServiceState("nvidia-fabricmanager", "active", "running", "success", 5),
+                         "nvidia-imex": ServiceState("nvidia-imex", "failed", "failed", "exit-code", 0)}
     driver_down = copy.deepcopy(nodes[0])
     driver_down.sources["nvml"] = SourceStatus("nvml", SourceState.ERROR, "Driver/library version mismatch")
     return [*nodes, driver_down]
@@ -125,9 +138,11 @@ def everything_wrong() -> list[Inventory]:
 
 def grown(inventory: Inventory) -> CounterHistory:
     """A previous reading an hour ago in which every counter was 0 (or 1): everything grew."""
-    return history_of(inventory, changes={
+    history = history_of(inventory, changes={
         port.name: {**{name: 0 for name in port.counters}, **{f"hw_counters/{name}": 1 for name in port.hw_counters}}
         for port in inventory.ports})
+    links = {nvlink_key(gpu, link.link): {name: 0 for name in link.errors} for gpu in inventory.gpus for link in gpu.nvlinks}
+    return replace(history, ports={**history.ports, **links})
 
 
 def probe_results() -> list[ProbeResult]:

@@ -9,7 +9,8 @@ earlier snapshot instead.
 An entry, as stored::
 
     {"host": "node017", "boot_id": "...", "captured_at": "2026-11-21T22:40:00Z",
-     "ports": {"mlx5_0:1": {"symbol_error": 0, "hw_counters/out_of_sequence": 3}}}
+     "ports": {"mlx5_0:1": {"symbol_error": 0, "hw_counters/out_of_sequence": 3},
+               "nvlink 0000:18:00.0 3": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 2}}}
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import structlog
 
 from netdoctor.checks.api import CounterHistory
-from netdoctor.inventory.model import Inventory
+from netdoctor.inventory.model import Gpu, Inventory
 from netdoctor.util import parse_iso_utc
 
 log = structlog.get_logger(__name__)
@@ -32,14 +33,24 @@ Entry = dict[str, Any]
 
 
 def counter_readings(inventory: Inventory) -> dict[str, dict[str, int | None]]:
-    """This inventory's counters per port: `counters/` names as-is, hw counters prefixed."""
+    """This inventory's counters per port: `counters/` names as-is, hw counters prefixed;
+    and per NVLink (`nvlink_key`) its replay/recovery/CRC counters."""
     readings: dict[str, dict[str, int | None]] = {}
     for port in inventory.ports:
         values: dict[str, int | None] = dict(port.counters)
         values.update({f"{HW_PREFIX}{name}": value for name, value in port.hw_counters.items()})
         if values:
             readings[port.name] = values
+    for gpu in inventory.gpus:
+        for link in gpu.nvlinks:
+            if any(value is not None for value in link.errors.values()):
+                readings[nvlink_key(gpu, link.link)] = dict(link.errors)
     return readings
+
+
+def nvlink_key(gpu: Gpu, link: int) -> str:
+    """An NVLink's key in the history: by the GPU's PCI address, which a renumbering keeps."""
+    return f"nvlink {gpu.pci_address or gpu.label} {link}"
 
 
 def elapsed_seconds(earlier: str, later: str) -> float | None:

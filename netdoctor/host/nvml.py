@@ -58,11 +58,11 @@ def _error_code(error: Exception) -> int | None:
 
 
 def _nvlink(nvml: ModuleType, handle: Any, errors: dict[str, str]) -> dict[str, Any]:
+    """The GPU's NVLinks in the contract's shape (CONTRACT 6.2): counts, version, per link."""
     absent = {getattr(nvml, name, None) for name in _NVLINK_ABSENT_ERRORS} - {None}
     enabled = getattr(nvml, "NVML_FEATURE_ENABLED", 1)
     maximum = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
-    active_links: list[int] = []
-    total = 0
+    links: list[dict[str, Any]] = []
     failures: list[str] = []
     for link in range(maximum):
         try:
@@ -73,20 +73,119 @@ def _nvlink(nvml: ModuleType, handle: Any, errors: dict[str, str]) -> dict[str, 
             if _error_code(error) not in absent:
                 failures.append(f"link {link}: {error}")
             continue
-        total += 1
-        if state == enabled:
-            active_links.append(link)
+        links.append({"link": link, "state": "active" if state == enabled else "inactive"})
     if failures:
         errors["nvlink"] = "; ".join(failures[:4]) + (f" (+{len(failures) - 4} more)" if len(failures) > 4 else "")
+    if failures and not links:
+        return {"active": None, "total": None, "version": None, "links": None}
+    active = [entry["link"] for entry in links if entry["state"] == "active"]
     version = None
-    if active_links:
+    if active:
         try:
-            version = int(nvml.nvmlDeviceGetNvLinkVersion(handle, active_links[0]))
+            version = int(nvml.nvmlDeviceGetNvLinkVersion(handle, active[0]))
         except nvml.NVMLError as error:
             errors["nvlink_version"] = str(error)
-    if failures and total == 0:
-        return {"active": None, "total": None, "version": None}
-    return {"active": len(active_links), "total": total, "version": version}
+    speeds = _nvlink_speeds(nvml, handle, [entry["link"] for entry in links])
+    for entry in links:
+        link = entry["link"]
+        entry["speed_mbps"] = speeds.get(link)
+        entry["remote_pci_bus_id"] = _remote_pci_bus_id(nvml, handle, link) if entry["state"] == "active" else None
+        entry["errors"] = {name: _link_counter(nvml, handle, link, counter) for name, counter in _NVLINK_COUNTERS}
+    return {"active": len(active), "total": len(links), "version": version, "links": links}
+
+
+# nvmlNvLinkErrorCounter_t: the data-link layer's counters per link, by the contract's names.
+_NVLINK_COUNTERS = (("replay", 0), ("recovery", 1), ("crc_flit", 2), ("crc_data", 3))
+# NVML_FI_DEV_NVLINK_GET_SPEED: the link's speed in MB/s, per link through the field's scopeId.
+_FI_NVLINK_SPEED = 164
+_NO_REMOTE = "FFFFFFFF:FF:FF.0"
+
+
+def _link_counter(nvml: ModuleType, handle: Any, link: int, counter: int) -> int | None:
+    try:
+        value = nvml.nvmlDeviceGetNvLinkErrorCounter(handle, link, counter)
+    except nvml.NVMLError:
+        return None        # not supported on this GPU/driver: unknown, not an error of the node
+    return int(value) if isinstance(value, int) else None
+
+
+def _remote_pci_bus_id(nvml: ModuleType, handle: Any, link: int) -> str | None:
+    function = getattr(nvml, "nvmlDeviceGetNvLinkRemotePciInfo_v2", None) or getattr(nvml, "nvmlDeviceGetNvLinkRemotePciInfo", None)
+    if function is None:
+        return None
+    try:
+        bus_id = _text(getattr(function(handle, link), "busId", None))
+    except nvml.NVMLError:
+        return None
+    # NVML answers FFFFFFFF:FF:FF.0 where the far end is no PCI device it can name.
+    if not isinstance(bus_id, str) or bus_id.upper().startswith(_NO_REMOTE[:8]):
+        return None
+    return canonical_pci_address(bus_id)
+
+
+def _nvlink_speeds(nvml: ModuleType, handle: Any, links: list[int]) -> dict[int, int]:
+    """Per-link speed in MB/s where the driver reports it (one field-values call per GPU)."""
+    function = getattr(nvml, "nvmlDeviceGetFieldValues", None)
+    if function is None or not links:
+        return {}
+    try:
+        values = function(handle, [(_FI_NVLINK_SPEED, link) for link in links])
+    except (nvml.NVMLError, TypeError, ValueError):
+        return {}
+    speeds: dict[int, int] = {}
+    for link, value in zip(links, values):
+        if getattr(value, "nvmlReturn", 1) == 0:
+            speed = getattr(getattr(value, "value", None), "uiVal", None)
+            if isinstance(speed, int) and speed > 0:
+                speeds[link] = speed
+    return speeds
+
+
+# nvmlGpuFabricState_t
+_FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+
+
+def _fabric(nvml: ModuleType, handle: Any, errors: dict[str, str]) -> dict[str, Any] | None:
+    """nvmlDeviceGetGpuFabricInfoV (else the older nvmlDeviceGetGpuFabricInfo): the GPU's
+    registration with the NVSwitch fabric. Both fill a struct the caller allocates."""
+    for function_name, struct_name, version_name in (
+            ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t", "nvmlGpuFabricInfo_v2"),
+            ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t", None)):
+        function, struct = getattr(nvml, function_name, None), getattr(nvml, struct_name, None)
+        if function is None or struct is None:
+            continue
+        info = struct()
+        if version_name is not None and hasattr(nvml, version_name):
+            info.version = getattr(nvml, version_name)
+        try:
+            function(handle, ctypes.byref(info))
+        except nvml.NVMLError as error:
+            if _error_code(error) == getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3):
+                return {"state": "not_supported", "status": None, "clique_id": None, "cluster_uuid": None}
+            errors["fabric"] = str(error)
+            return None
+        except (TypeError, ValueError, AttributeError) as error:
+            errors["fabric"] = f"{function_name}: {error}"
+            return None
+        status = getattr(info, "status", None)
+        # A char array reads back cut at its first NUL: the UUID is read as raw bytes.
+        field = getattr(type(info), "clusterUuid", None)
+        uuid_bytes = ctypes.string_at(ctypes.addressof(info) + field.offset, field.size) if field is not None else b""
+        return {"state": _FABRIC_STATES.get(getattr(info, "state", None), str(getattr(info, "state", None))),
+                "status": "success" if status == 0 else (None if status is None else f"error {status}"),
+                "clique_id": getattr(info, "cliqueId", None),
+                "cluster_uuid": _uuid_text(uuid_bytes) if uuid_bytes else None}
+    errors["fabric"] = "nvmlDeviceGetGpuFabricInfo is not available in this nvidia-ml-py"
+    return None
+
+
+def _uuid_text(raw: bytes) -> str:
+    text = raw.hex().ljust(32, "0")[:32]
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+# nvmlGpuVirtualizationMode_t
+_VIRTUALIZATION_MODES = {0: "none", 1: "passthrough", 2: "vgpu", 3: "host_vgpu", 4: "host_vsga"}
 
 
 def _numa_node(call: _Caller, handle: Any, pci_bus_id: str | None, sys: SysTree | None) -> int | None:
@@ -112,7 +211,8 @@ def _gpu(nvml: ModuleType, index: int, sys: SysTree | None, dmabuf_query: Dmabuf
     handle = call("handle", "nvmlDeviceGetHandleByIndex", index)
     if handle is None:
         gpu.update({"name": None, "uuid": None, "pci_bus_id": None, "numa_node": None, "pcie": None,
-                    "nvlink": None, "performance_state": None, "dmabuf_supported": None, "errors": errors})
+                    "nvlink": None, "fabric": None, "vbios_version": None, "virtualization_mode": None,
+                    "performance_state": None, "dmabuf_supported": None, "errors": errors})
         return gpu
     gpu["name"] = call("name", "nvmlDeviceGetName", handle)
     gpu["uuid"] = call("uuid", "nvmlDeviceGetUUID", handle)
@@ -129,6 +229,10 @@ def _gpu(nvml: ModuleType, index: int, sys: SysTree | None, dmabuf_query: Dmabuf
         "max_width": call("pcie.max_width", "nvmlDeviceGetMaxPcieLinkWidth", handle),
     }
     gpu["nvlink"] = _nvlink(nvml, handle, errors)
+    gpu["fabric"] = _fabric(nvml, handle, errors)
+    gpu["vbios_version"] = call("vbios_version", "nvmlDeviceGetVbiosVersion", handle)
+    mode = call("virtualization_mode", "nvmlDeviceGetVirtualizationMode", handle)
+    gpu["virtualization_mode"] = _VIRTUALIZATION_MODES.get(mode, str(mode)) if mode is not None else None
     state = call("performance_state", "nvmlDeviceGetPerformanceState", handle)
     gpu["performance_state"] = int(state) if state is not None else None
     gpu["dmabuf_supported"] = None

@@ -69,6 +69,7 @@ def _needs(*names: str) -> frozenset[str]:
 
 
 _RDMA = _needs("rdma")
+_UNIT_PROPERTIES = "ActiveState,SubState,Result,NRestarts,ActiveEnterTimestamp"
 
 # Table order is the order of trust: sysfs > NVML > tools; among tools, the first row's
 # value stands and later ones that differ are recorded as conflicts. iblinkinfo comes
@@ -94,6 +95,10 @@ SOURCES: tuple[Source, ...] = (
     # PFC/trust of RoCE netdevs: pfc-ecn (need `roce`) judges them.
     Source("mlnx_qos-{netdev}", ("mlnx_qos", "-i", "{netdev}"), "netdoctor.parsers.mlnx_qos:parse_mlnx_qos",
            _needs("roce", "qos"), Scope.ROCE_NETDEV, timeout_s=4.0, root=True),
+    # The NVSwitch fabric's services: nvswitch-fabric (need `fabric`) judges them.
+    *(Source(f"systemctl-show-{unit}", ("systemctl", "show", unit, "-p", _UNIT_PROPERTIES),
+             "netdoctor.parsers.systemctl:parse_systemctl_show", _needs("fabric"), timeout_s=4.0)
+      for unit in ("nvidia-fabricmanager", "nvidia-imex")),
 )
 
 SOURCES_BY_NAME: dict[str, Source] = {source.name: source for source in SOURCES}

@@ -8,7 +8,7 @@ from typing import Any
 
 from netdoctor.errors import NetdoctorError
 from netdoctor.inventory.merge import Draft, pci
-from netdoctor.inventory.model import Gpu, PcieLink, SourceState
+from netdoctor.inventory.model import NVLINK_ERROR_COUNTERS, Gpu, GpuFabric, NvLink, PcieLink, SourceState
 
 
 def _ask_nvml(draft: Draft, wait_until: float | None) -> tuple[dict[str, Any] | None, str]:
@@ -86,12 +86,42 @@ def read_nvml(draft: Draft, wait_until: float | None = None) -> None:
         gpu.nvlink_active = _as(int, nvlink.get("active"))
         gpu.nvlink_total = _as(int, nvlink.get("total"))
         gpu.nvlink_version = _as(int, nvlink.get("version"))
+        gpu.nvlinks = _nvlinks(nvlink.get("links"), gpu.nvlink_version)
+        gpu.fabric = _fabric(entry.get("fabric"))
+        gpu.vbios_version = _as(str, entry.get("vbios_version"))
+        gpu.virtualization_mode = _as(str, entry.get("virtualization_mode"))
         if isinstance(entry.get("errors"), dict) and entry["errors"]:
             gpu.nvml_errors = {str(key): str(value) for key, value in entry["errors"].items()}
             errors.append(f"GPU{gpu.index}: " + ", ".join(f"{key}: {value}" for key, value in sorted(entry["errors"].items())))
         inventory.gpus.append(gpu)
     inventory.gpus.sort(key=lambda gpu: gpu.index)
     draft.status("nvml", SourceState.OK, "; ".join(errors)[:500], time.monotonic() - started)
+
+
+def _nvlinks(entries: Any, version: int | None) -> tuple[NvLink, ...]:
+    """Per-link facts (CONTRACT 6.2 `nvlink.links`); entries that are not objects with an
+    integer `link` are dropped, unknown values stay None."""
+    if not isinstance(entries, list):
+        return ()
+    links: list[NvLink] = []
+    for entry in entries:
+        if not isinstance(entry, dict) or _as(int, entry.get("link")) is None:
+            continue
+        state = entry.get("state")
+        counters = entry.get("errors") if isinstance(entry.get("errors"), dict) else {}
+        links.append(NvLink(
+            link=entry["link"], active={"active": True, "inactive": False}.get(state) if isinstance(state, str) else None,
+            speed_mbps=_as(int, entry.get("speed_mbps")), version=version,
+            remote_pci_bus_id=pci(_as(str, entry.get("remote_pci_bus_id"))),
+            errors={name: _as(int, counters.get(name)) for name in NVLINK_ERROR_COUNTERS}))
+    return tuple(sorted(links, key=lambda link: link.link))
+
+
+def _fabric(entry: Any) -> GpuFabric | None:
+    if not isinstance(entry, dict):
+        return None
+    return GpuFabric(state=_as(str, entry.get("state")), status=_as(str, entry.get("status")),
+                     clique_id=_as(int, entry.get("clique_id")), cluster_uuid=_as(str, entry.get("cluster_uuid")))
 
 
 def _as(kind: type, value: Any) -> Any:

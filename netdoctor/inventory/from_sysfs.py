@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from netdoctor.errors import NetdoctorError, ParseError
-from netdoctor.inventory.hardware import NVIDIA_GPU_MODELS, NVIDIA_VENDOR, is_nvidia_gpu_function
+from netdoctor.inventory.hardware import NVIDIA_GPU_MODELS, NVIDIA_VENDOR, is_nvidia_gpu_function, is_nvswitch_function
 from netdoctor.inventory.merge import Draft, clean, noted, pci, quiet
 from netdoctor.inventory.model import Gpu, Hca, Netdev, PcieLink, PeerMemory, SourceState
 from netdoctor.parsers import sysfs_values
@@ -103,18 +103,25 @@ def read_pcie(draft: Draft, address: str) -> PcieLink | None:
 
 
 def read_pci_gpus(draft: Draft) -> None:
-    """NVIDIA GPU functions on the PCI bus: what the driver should see, even when it is broken."""
+    """NVIDIA GPU functions on the PCI bus: what the driver should see, even when it is
+    broken; and the NVSwitches (the fabric the GPUs' NVLinks go through)."""
     if not draft.sys.is_dir("bus/pci/devices"):
         return
     found: dict[str, str] = {}
+    switches: list[str] = []
     for address in sorted(draft.sys.listdir("bus/pci/devices")):
         base = f"bus/pci/devices/{address}"
         vendor = draft.sys.read(f"{base}/vendor")
         # Read `class` only for NVIDIA functions: a node has hundreds of PCI functions.
-        if vendor is not None and vendor.strip().lower() == NVIDIA_VENDOR and \
-                is_nvidia_gpu_function(vendor, draft.sys.read(f"{base}/class")):
+        if vendor is None or vendor.strip().lower() != NVIDIA_VENDOR:
+            continue
+        pci_class = draft.sys.read(f"{base}/class")
+        if is_nvidia_gpu_function(vendor, pci_class):
             found[pci(address) or address] = (clean(draft.sys.read(f"{base}/device")) or "").lower()
+        elif is_nvswitch_function(vendor, pci_class):
+            switches.append(pci(address) or address)
     draft.inventory.pci_gpus = found
+    draft.inventory.nvswitches = tuple(switches)
 
 
 def gpus_from_pci_bus(draft: Draft) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from netdoctor.host.sources import Source
 from netdoctor.inventory.hardware import ca_type_from_part_id
 from netdoctor.inventory.merge import Draft
-from netdoctor.inventory.model import Conflict, Gpu, LinkLayer, LinkRate, QosConfig, Topology
+from netdoctor.inventory.model import Conflict, Gpu, LinkLayer, LinkRate, QosConfig, ServiceState, Topology
 from netdoctor.parsers import sysfs_values
 from netdoctor.parsers.ibdev2netdev import NetdevMapping
 from netdoctor.parsers.iblinkinfo import FabricLink
@@ -24,6 +24,7 @@ from netdoctor.parsers.ibstat import IbstatCa
 from netdoctor.parsers.ibv_devinfo import IbvDevice
 from netdoctor.parsers.mlnx_qos import MlnxQos
 from netdoctor.parsers.perfquery import PerfqueryBlock, counters_as_sysfs
+from netdoctor.parsers.systemctl import UnitState
 
 PARSERS_PACKAGE = "netdoctor.parsers."
 
@@ -142,6 +143,13 @@ def join_mlnx_qos(draft: Draft, qos: MlnxQos, fields: Mapping[str, str]) -> None
     netdev.sources += ("mlnx_qos",)
 
 
+def _join_service(unit: str) -> Joiner:
+    def join(draft: Draft, state: UnitState, fields: Mapping[str, str]) -> None:
+        draft.inventory.services[unit] = ServiceState(unit, state.active_state, state.sub_state, state.result,
+                                                      state.restarts, state.active_since)
+    return join
+
+
 JOINERS: dict[str, Joiner] = {
     "ibstat": join_ibstat,
     "ibv_devinfo-v": join_ibv_devinfo,
@@ -150,6 +158,8 @@ JOINERS: dict[str, Joiner] = {
     "iblinkinfo": join_iblinkinfo,
     "perfquery-x-{dev}-{port}": join_perfquery,
     "mlnx_qos-{netdev}": join_mlnx_qos,
+    "systemctl-show-nvidia-fabricmanager": _join_service("nvidia-fabricmanager"),
+    "systemctl-show-nvidia-imex": _join_service("nvidia-imex"),
 }
 
 

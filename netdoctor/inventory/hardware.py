@@ -60,3 +60,9 @@ NVIDIA_GPU_MODELS: dict[str, str] = {
 def is_nvidia_gpu_function(vendor: str | None, pci_class: str | None) -> bool:
     """An NVIDIA VGA (0x0300) or 3D controller (0x0302) function; NVSwitches are bridges (0x0680)."""
     return (vendor or "").strip().lower() == NVIDIA_VENDOR and (pci_class or "").strip().lower()[:6] in ("0x0300", "0x0302")
+
+
+def is_nvswitch_function(vendor: str | None, pci_class: str | None) -> bool:
+    """An NVSwitch: NVIDIA's PCI class 0x0680 "Bridge: Other" function (device 22a3 on HGX/DGX
+    H100, four of them at 05:00.0-08:00.0 on a DGX H100, `lspci | grep NVIDIA`)."""
+    return (vendor or "").strip().lower() == NVIDIA_VENDOR and (pci_class or "").strip().lower().startswith("0x0680")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from datetime import datetime
 from typing import Any
 
 from netdoctor.inventory.model import Inventory, LinkLayer, SourceState
@@ -36,6 +37,8 @@ def _plain(value: Any) -> Any:
         return {str(key) if not isinstance(key, tuple) else ",".join(map(str, key)): _plain(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
         return [_plain(item) for item in value]
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
     return value
 
 

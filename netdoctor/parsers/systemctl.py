@@ -1,0 +1,74 @@
+"""`systemctl show UNIT -p ActiveState,SubState,Result,NRestarts,ActiveEnterTimestamp` parser.
+
+systemctl prints `Key=value` lines in its own order, not the order asked. A unit systemd
+does not know still prints `ActiveState=inactive`, `SubState=dead` and an empty timestamp
+(and `NRestarts` only from systemd 235 on): the caller tells "not installed" from "stopped"
+by what it asked for, never by an error here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from netdoctor.errors import ParseError
+from netdoctor.parsers.common import numbered_lines, require_text
+
+SOURCE = "systemctl-show"
+_KEYS = ("ActiveState", "SubState", "Result", "NRestarts", "ActiveEnterTimestamp")
+
+
+@dataclass(frozen=True)
+class UnitState:
+    active_state: str | None
+    sub_state: str | None
+    result: str | None
+    restarts: int | None
+    active_since: datetime | None     # UTC; None when never active (empty timestamp)
+
+
+def parse_systemctl_show(text: str) -> UnitState:
+    """`ActiveState=active` ... -> UnitState. ParseError when no asked-for key is present."""
+    require_text(SOURCE, text)
+    values: dict[str, str] = {}
+    for number, line in numbered_lines(text):
+        key, separator, value = line.strip().partition("=")
+        if not separator:
+            if line.strip():
+                raise ParseError(SOURCE, "not a `Key=value` line", number, line)
+            continue
+        if key in _KEYS:
+            values[key] = value.strip()
+    if not values:
+        raise ParseError(SOURCE, f"none of {', '.join(_KEYS)} in the output")
+    restarts = values.get("NRestarts", "")
+    return UnitState(
+        active_state=values.get("ActiveState") or None,
+        sub_state=values.get("SubState") or None,
+        result=values.get("Result") or None,
+        restarts=int(restarts) if restarts.isdigit() else None,
+        active_since=_timestamp(values.get("ActiveEnterTimestamp", "")),
+    )
+
+
+def _timestamp(text: str) -> datetime | None:
+    """`Mon 2026-11-23 10:01:02 UTC` (systemd's format_timestamp: weekday, date, time, zone).
+
+    Only UTC and numeric zones can be placed without the system's zone database; other zone
+    names (`CET`) leave the time unknown, which no check needs more than approximately.
+    """
+    parts = text.split()
+    if len(parts) < 3:
+        return None
+    date_time = " ".join(parts[1:3])
+    zone = parts[3] if len(parts) > 3 else "UTC"
+    try:
+        moment = datetime.strptime(date_time, "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None
+    if zone in ("UTC", "GMT", "+0000", "Z"):
+        return moment.replace(tzinfo=timezone.utc)
+    try:
+        return datetime.strptime(f"{date_time} {zone}", "%Y-%m-%d %H:%M:%S %z").astimezone(timezone.utc)
+    except ValueError:
+        return None
