@@ -8,6 +8,7 @@ status=0
 python3 benchmarks/check_bench.py --runs 20 --label after --markdown benchmarks/results/check.md || status=1
 python3 benchmarks/discovery_bench.py --runs 10 --markdown benchmarks/results/discovery.md || status=1
 python3 benchmarks/iblinkinfo_bench.py --runs 7 --markdown benchmarks/results/iblinkinfo.md || status=1
+python3 benchmarks/kernel_log_bench.py || status=1
 if [ -f benchmarks/fleet_report_bench.py ]; then
     python3 benchmarks/fleet_report_bench.py || status=1
 fi

@@ -63,6 +63,7 @@ TOOLS = {
     "perfquery": ("perfquery-x-",),
     "mlnx_qos": ("mlnx_qos-",),
     "systemctl": ("systemctl-show-",),
+    "dmesg": ("dmesg",),
 }
 
 

@@ -355,6 +355,9 @@ class FakeSource:
     def netdevs(self) -> list[Any]:
         return []
 
+    def proc(self, name: str) -> str | None:
+        return None
+
 
 def test_run_check_grades_and_reports_plugin_problems() -> None:
     registry = _registry(Check("port-state", "x", _returning(Status.PASS), ("rdma",)),

@@ -31,7 +31,7 @@ INDEX = tomllib.loads((NODES / "INDEX.toml").read_text(encoding="utf-8"))["fixtu
 NAMES = sorted(INDEX)
 # The checks, plus `discovery`: a source that hung is reported (what the checks judged without).
 CHECK_IDS = {"port-state", "link-speed", "pcie-link", "error-counters", "mtu", "pfc-ecn", "gpudirect",
-             "gpu-nic-affinity", "nccl-probe", "discovery", "nvlink", "nvswitch-fabric"}
+             "gpu-nic-affinity", "nccl-probe", "discovery", "nvlink", "nvswitch-fabric", "kernel-events"}
 LANE_GBPS = {"SDR": 2.5, "DDR": 5, "QDR": 10, "FDR10": 10, "FDR": 14, "EDR": 25, "HDR": 50, "NDR": 100, "XDR": 200}
 PCIE_GEN = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
 IB_MTUS = (256, 512, 1024, 2048, 4096)
@@ -149,7 +149,7 @@ PERFQUERY_NAMES = {
 def test_index_lists_exactly_the_fixture_directories() -> None:
     directories = sorted(path.name for path in NODES.iterdir() if path.is_dir())
     assert directories == NAMES
-    assert len(NAMES) == 26
+    assert len(NAMES) == 30
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -197,7 +197,7 @@ def test_counter_pairs_share_boot_and_are_600_seconds_apart() -> None:
 
 
 COMMAND_NAME = re.compile(r"nvidia-smi-topo-m|ibstat|ibv_devinfo-v|iblinkinfo|ibdev2netdev|"
-                          r"perfquery-x-[\w]+-\d+|mlnx_qos-[\w.-]+|systemctl-show-nvidia-(?:fabricmanager|imex)")
+                          r"perfquery-x-[\w]+-\d+|mlnx_qos-[\w.-]+|systemctl-show-nvidia-(?:fabricmanager|imex)|dmesg")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -512,6 +512,10 @@ CHANGED: dict[str, list[str]] = {
     "dgx-h100-fabric-manager-failed": ["nvml.json", "commands/systemctl-show-nvidia-fabricmanager.out"],
     "dgx-h100-fabric-in-progress": ["nvml.json"],
     "dgx-h100-nvlink-replay-a": ["nvml.json"],
+    "dgx-h100-xid-79": ["commands/dmesg.out"],
+    "dgx-h100-xid-application": ["commands/dmesg.out"],
+    "dgx-h100-xid-before-boot": ["commands/dmesg.out"],
+    "dgx-h100-link-flap": ["commands/dmesg.out"],
 }
 CHANGED["dgx-h100-symbol-errors-b"] = CHANGED["dgx-h100-symbol-errors-a"]
 CHANGED["dgx-h100-link-downed-b"] = CHANGED["dgx-h100-link-downed-a"]
@@ -535,7 +539,8 @@ def test_fault_fixture_differs_from_its_base_only_in_the_fault(name: str) -> Non
     faulty = tree(NODES / name, INDEX[name]["host"], INDEX[base]["host"])
     healthy = tree(NODES / base, INDEX[base]["host"], INDEX[base]["host"])
     changed = sorted(path for path in set(faulty) | set(healthy)
-                     if faulty.get(path) != healthy.get(path) and path != "snapshot.json")
+                     # The capture's time and the uptime with it differ in the second of a pair.
+                     if faulty.get(path) != healthy.get(path) and path not in ("snapshot.json", "proc/uptime"))
     assert changed, "a fault fixture must differ from its base"
     for path in changed:
         assert any(fnmatch.fnmatchcase(path, pattern) for pattern in CHANGED[name]), f"unexpected change: {path}"

@@ -17,12 +17,14 @@ from netdoctor.host.netdevs import NetdevFacts, collect_netdevs
 from netdoctor.host.nvml import collect_nvml
 from netdoctor.host.runner import run_commands
 from netdoctor.host.sysfs import Recording, RootedSysTree
-from netdoctor.host.types import CommandResult, CommandSpec
+from netdoctor.host.files import read_regular
+from netdoctor.host.types import MAX_PROC_BYTES, PROC_FILES, CommandResult, CommandSpec
 from netdoctor.util import utc_now_iso
 
 log = structlog.get_logger(__name__)
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+PROC_ROOT = Path("/proc")
 
 
 def read_boot_id(path: Path = BOOT_ID_PATH) -> str | None:
@@ -67,6 +69,18 @@ class LiveSource:
             if self.recording is not None:
                 self.recording.set_nvml(*self._nvml)
         return self._nvml
+
+    def proc(self, name: str) -> str | None:
+        if name not in PROC_FILES:
+            return None
+        try:
+            data = read_regular(PROC_ROOT / name, MAX_PROC_BYTES)
+        except (OSError, ValueError) as error:
+            log.debug("proc file unreadable", name=name, error=str(error))
+            return None
+        if data is not None and self.recording is not None:
+            self.recording.add_proc(name, data)
+        return data.decode("utf-8", "replace") if data is not None else None
 
     def netdevs(self) -> list[NetdevFacts]:
         # Netlink describes this process's network namespace; it matches the sys tree

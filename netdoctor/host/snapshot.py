@@ -25,7 +25,7 @@ from netdoctor.errors import SnapshotError
 from netdoctor.host.files import replacement
 from netdoctor.host.netdevs import NetdevFacts, collect_netdevs
 from netdoctor.host.sysfs import Recording, RootedSysTree
-from netdoctor.host.types import CommandResult, CommandSpec, CommandState
+from netdoctor.host.types import PROC_FILES, CommandResult, CommandSpec, CommandState
 from netdoctor.util import parse_iso_utc
 
 __all__ = ["SNAPSHOT_FORMAT", "Recording", "SnapshotSource", "open_snapshot", "write_snapshot"]
@@ -37,7 +37,7 @@ MAX_MEMBER_BYTES = 64 * 1024 * 1024
 MAX_TOTAL_BYTES = 512 * 1024 * 1024
 MAX_MEMBERS = 100_000
 MAX_JSON_BYTES = 16 * 1024 * 1024
-_TOP_LEVEL = ("snapshot.json", "nvml.json", "sys", "commands")
+_TOP_LEVEL = ("snapshot.json", "nvml.json", "sys", "commands", "proc")
 
 
 def _valid_command_name(name: str) -> bool:
@@ -165,6 +165,7 @@ class SnapshotSource:
         if sys_directory.exists() and not sys_directory.is_dir():
             raise SnapshotError(f"snapshot {self.origin}: sys is not a directory")
         self.sys = RootedSysTree(sys_directory, strict=True)
+        self._proc = RootedSysTree(self.directory / "proc", strict=True)
         self._commands = self._load_commands()
 
     def _load_commands(self) -> dict[str, CommandResult]:
@@ -216,6 +217,12 @@ class SnapshotSource:
         return collect_netdevs(self.sys, use_netlink=False)
 
     # -- lifetime ---------------------------------------------------------------------
+
+    def proc(self, name: str) -> str | None:
+        if name not in PROC_FILES:
+            return None
+        # Read like sys/: no link inside the snapshot may lead out of it.
+        return self._proc.read(name)
 
     def close(self) -> None:
         if self._cleanup is not None:
@@ -356,6 +363,8 @@ def _plan(recording: Recording, meta: dict[str, Any]) -> list[tuple[str, str, by
         if result.stderr:
             claim(f"commands/{name}.err", "file", result.stderr.encode("utf-8"))
         claim(f"commands/{name}.status", "file", (_status_text(result) + "\n").encode())
+    for name, data in sorted(recording.proc.items()):
+        claim(f"proc/{name}", "file", data)
     if recording.nvml is not None:
         claim("nvml.json", "file", (json.dumps(recording.nvml, indent=1, sort_keys=True) + "\n").encode())
     claim("snapshot.json", "file", (json.dumps(meta, indent=1) + "\n").encode())

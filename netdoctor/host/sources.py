@@ -95,6 +95,10 @@ SOURCES: tuple[Source, ...] = (
     # PFC/trust of RoCE netdevs: pfc-ecn (need `roce`) judges them.
     Source("mlnx_qos-{netdev}", ("mlnx_qos", "-i", "{netdev}"), "netdoctor.parsers.mlnx_qos:parse_mlnx_qos",
            _needs("roce", "qos"), Scope.ROCE_NETDEV, timeout_s=4.0, root=True),
+    # This boot's kernel log with absolute times: kernel-events (need `kernel-log`) judges
+    # Xids, SXids, link flaps and AER. Root where kernel.dmesg_restrict=1 (most distributions).
+    Source("dmesg", ("dmesg", "--time-format", "iso"), "netdoctor.parsers.kernel_log:parse_kernel_log",
+           _needs("kernel-log"), timeout_s=5.0, max_output_bytes=32 * 1024 * 1024, root=True),
     # The NVSwitch fabric's services: nvswitch-fabric (need `fabric`) judges them.
     *(Source(f"systemctl-show-{unit}", ("systemctl", "show", unit, "-p", _UNIT_PROPERTIES),
              "netdoctor.parsers.systemctl:parse_systemctl_show", _needs("fabric"), timeout_s=4.0)

@@ -60,6 +60,11 @@ class Recording:
         self.commands: dict[str, CommandResult] = {}
         self.nvml: dict[str, Any] | None = None
         self.nvml_status: str | None = None
+        self.proc: dict[str, bytes] = {}        # PROC_FILES name -> content, written under proc/
+
+    def add_proc(self, name: str, data: bytes) -> None:
+        with self._lock:
+            self.proc[name] = data
 
     def add_file(self, path: str, data: bytes) -> None:
         with self._lock:

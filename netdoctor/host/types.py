@@ -82,6 +82,12 @@ class SysTree(Protocol):
         ...
 
 
+# The /proc files a snapshot records at proc/NAME (CONTRACT 6.2): the kernel log's
+# plain-dmesg times are placed with uptime; the release is a version the fleet compares.
+PROC_FILES = ("uptime", "cmdline", "sys/kernel/osrelease")
+MAX_PROC_BYTES = 64 * 1024
+
+
 class NodeSource(Protocol):
     """A node to discover: live or a snapshot."""
 
@@ -104,4 +110,8 @@ class NodeSource(Protocol):
 
     def netdevs(self) -> list[NetdevFacts]:
         """The network interfaces (netlink on a live node, sysfs in a snapshot)."""
+        ...
+
+    def proc(self, name: str) -> str | None:
+        """One of PROC_FILES (`uptime`, ...) as text; None when absent or unreadable."""
         ...

@@ -20,6 +20,7 @@ from netdoctor.inventory.from_sysfs import (
     gpus_from_pci_bus,
     read_netdevs,
     read_pci_gpus,
+    read_proc,
     read_pcie,
     read_peer_memory,
     read_sysfs_rdma,
@@ -54,6 +55,7 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
         read_netdevs(draft)
         read_peer_memory(draft)
         read_pci_gpus(draft)
+        read_proc(draft)
         port_jobs = _device_jobs(plan, draft.inventory)
         port_tools = pool.submit(source.run, [job.spec for job in port_jobs], deadline)
         if plan.wants("nvml"):

@@ -111,6 +111,7 @@ class KernelEvent:
     time: datetime | None       # UTC; None where it could not be placed in time
     code: int | None = None     # the Xid / SXid number
     message: str = ""           # the line, as logged (cut)
+    fatal: bool | None = None   # SXid: Fatal / Non-fatal as logged
 
 
 @dataclass(frozen=True)

@@ -202,3 +202,15 @@ def _uevent_slot(text: str | None) -> str | None:
 
 def _numeric(name: str) -> tuple[int, str]:
     return (int(name), "") if name.isdigit() else (1 << 30, name)
+
+
+def read_proc(draft: Draft) -> None:
+    """Uptime (places plain-dmesg times; the boot time) and the kernel release, from /proc."""
+    inventory = draft.inventory
+    uptime = draft.source.proc("uptime")
+    try:
+        inventory.uptime_s = float(uptime.split()[0]) if uptime and uptime.split() else None
+    except ValueError:
+        inventory.uptime_s = None
+    release = draft.source.proc("sys/kernel/osrelease")
+    inventory.kernel_release = release.strip() or None if release is not None else None

@@ -10,13 +10,24 @@ from __future__ import annotations
 
 import functools
 import importlib
+from datetime import datetime, timedelta
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from netdoctor.host.sources import Source
 from netdoctor.inventory.hardware import ca_type_from_part_id
 from netdoctor.inventory.merge import Draft
-from netdoctor.inventory.model import Conflict, Gpu, LinkLayer, LinkRate, QosConfig, ServiceState, Topology
+from netdoctor.inventory.model import (
+    Conflict,
+    Gpu,
+    KernelEvent,
+    KernelLog,
+    LinkLayer,
+    LinkRate,
+    QosConfig,
+    ServiceState,
+    Topology,
+)
 from netdoctor.parsers import sysfs_values
 from netdoctor.parsers.ibdev2netdev import NetdevMapping
 from netdoctor.parsers.iblinkinfo import FabricLink
@@ -24,7 +35,9 @@ from netdoctor.parsers.ibstat import IbstatCa
 from netdoctor.parsers.ibv_devinfo import IbvDevice
 from netdoctor.parsers.mlnx_qos import MlnxQos
 from netdoctor.parsers.perfquery import PerfqueryBlock, counters_as_sysfs
+from netdoctor.parsers.kernel_log import KernelLogLines
 from netdoctor.parsers.systemctl import UnitState
+from netdoctor.util import parse_iso_utc
 
 PARSERS_PACKAGE = "netdoctor.parsers."
 
@@ -143,6 +156,22 @@ def join_mlnx_qos(draft: Draft, qos: MlnxQos, fields: Mapping[str, str]) -> None
     netdev.sources += ("mlnx_qos",)
 
 
+def join_kernel_log(draft: Draft, log: KernelLogLines, fields: Mapping[str, str]) -> None:
+    """Events with UTC times; a plain-dmesg line is placed from the boot time (capture time
+    minus /proc/uptime) where that is known, else it stays without a time."""
+    inventory = draft.inventory
+    boot_time = None
+    if inventory.uptime_s is not None:
+        boot_time = parse_iso_utc(inventory.captured_at) - timedelta(seconds=inventory.uptime_s)
+
+    def placed(seconds: float | None) -> datetime | None:
+        return boot_time + timedelta(seconds=seconds) if boot_time is not None and seconds is not None else None
+
+    events = tuple(KernelEvent(line.kind, line.subject, line.time or placed(line.since_boot_s), line.code, line.message,
+                               line.fatal) for line in log.events)
+    inventory.kernel_log = KernelLog(events, boot_time, log.first_time or placed(log.first_since_boot_s), "dmesg")
+
+
 def _join_service(unit: str) -> Joiner:
     def join(draft: Draft, state: UnitState, fields: Mapping[str, str]) -> None:
         draft.inventory.services[unit] = ServiceState(unit, state.active_state, state.sub_state, state.result,
@@ -158,6 +187,7 @@ JOINERS: dict[str, Joiner] = {
     "iblinkinfo": join_iblinkinfo,
     "perfquery-x-{dev}-{port}": join_perfquery,
     "mlnx_qos-{netdev}": join_mlnx_qos,
+    "dmesg": join_kernel_log,
     "systemctl-show-nvidia-fabricmanager": _join_service("nvidia-fabricmanager"),
     "systemctl-show-nvidia-imex": _join_service("nvidia-imex"),
 }

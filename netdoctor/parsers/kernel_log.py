@@ -1,0 +1,153 @@
+"""Kernel log parser: the events netdoctor judges, from `dmesg --time-format iso`, plain
+`dmesg` or `journalctl -k -o short-iso`.
+
+Only lines that can hold an event are looked at: one regular-expression scan over the
+whole text finds them (a 100,000-line log costs milliseconds, benchmarks/results/kernel-log.md),
+and each found line is read for its time and its event:
+
+* GPU Xid:   `NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus.`
+* NVSwitch:  `nvidia-nvswitch3: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 30 LTSSM Fault Up`
+* link flap: `mlx5_core 0000:1a:00.0 ibp26s0: Link down` / `... Link up` (netdev carrier)
+* PCIe AER:  `pcieport 0000:00:01.1: AER: Corrected error received: 0000:18:00.0`,
+             `... AER: Uncorrected (Non-Fatal) error received: ...`, `(Fatal)`, `Multiple ...`
+
+Times: ISO lines (dmesg `2026-11-23T22:58:18,238174+00:00`, journalctl
+`2026-11-23T22:58:18+0000 host kernel:`) become aware UTC datetimes; plain dmesg lines keep
+their seconds since boot, which the inventory places with /proc/uptime.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from netdoctor.errors import ParseError
+from netdoctor.parsers.common import require_text
+from netdoctor.util import canonical_pci_address
+from netdoctor.vocabulary import KernelEventKind
+
+SOURCE = "dmesg"
+MAX_MESSAGE_CHARS = 300
+_HEAD = 512            # of a line: its time stamp and message start
+_AROUND = 160          # characters read on either side of an event keyword
+
+# A line that may hold an event; the scan looks for these words only.
+_CANDIDATE = re.compile(r"Xid \(PCI:|Link (?:up|down)|NIC Link is (?:Up|Down)|AER: ")
+_ISO_DMESG = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[,.](\d+))?([+-]\d\d:?\d\d|Z)? ")
+_JOURNAL_HOST = re.compile(r"\S+ kernel: ")
+_PLAIN = re.compile(r"\[\s*(\d+\.\d+)\] ")
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)")
+_SXID = re.compile(r"SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)")
+_LINK = re.compile(r"(?:mlx5_core|mlx4_core|ib_\w+|bnxt_en|ice|i40e)? ?([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)?"
+                   r" ?([\w.@-]+): (?:NIC )?Link (?:is )?(up|down|Up|Down)")
+_AER = re.compile(r"AER: (?:Multiple )?(Corrected|Uncorrected \((?:Non-Fatal|Fatal)\)) errors? received: "
+                  r"([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)")
+
+
+@dataclass(frozen=True)
+class KernelLogLine:
+    """One event line: its kind, what it is about, its time (UTC, or seconds since boot)."""
+
+    kind: KernelEventKind
+    subject: str                    # canonical PCI address, or a netdev name
+    time: datetime | None           # ISO lines
+    since_boot_s: float | None      # plain dmesg lines
+    code: int | None = None         # Xid / SXid number
+    fatal: bool | None = None       # SXid: Fatal vs Non-fatal, as the line says
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class KernelLogLines:
+    events: tuple[KernelLogLine, ...]
+    first_time: datetime | None         # the earliest ISO line: how far back the log reaches
+    first_since_boot_s: float | None
+
+
+def parse_kernel_log(text: str) -> KernelLogLines:
+    """The events of a kernel log; ParseError when no line carries a time in a known form."""
+    require_text(SOURCE, text)
+    first_line = text.lstrip().split("\n", 1)[0]
+    first_time, first_boot, _ = _time_of(first_line)
+    if first_time is None and first_boot is None:
+        raise ParseError(SOURCE, "the first line has no dmesg or journal time stamp", 1, first_line[:200])
+    events: list[KernelLogLine] = []
+    position = 0
+    for match in _CANDIDATE.finditer(text):
+        if match.start() < position:
+            continue                     # a second keyword on a line already read
+        start = text.rfind("\n", 0, match.start()) + 1
+        end = text.find("\n", match.end())
+        end = len(text) if end < 0 else end
+        position = end
+        # The time stamp at the line's start and the words around the keyword: a hostile
+        # megabyte line costs no more than a normal one.
+        window_start = max(start, match.start() - _AROUND)
+        around = text[window_start:min(end, match.end() + _AROUND)]
+        event = _event(text[start:min(end, start + _HEAD)], around if window_start > start else None)
+        if event is not None:
+            events.append(event)
+    return KernelLogLines(tuple(events), first_time, first_boot)
+
+
+def _time_of(line: str) -> tuple[datetime | None, float | None, int]:
+    """(UTC time, seconds since boot, where the message starts) of one log line."""
+    match = _ISO_DMESG.match(line)
+    if match is not None:
+        moment = _iso(match.group(1), match.group(2), match.group(3))
+        rest = match.end()
+        journal = _JOURNAL_HOST.match(line, rest)
+        return moment, None, journal.end() if journal else rest
+    plain = _PLAIN.match(line)
+    if plain is not None:
+        return None, float(plain.group(1)), plain.end()
+    return None, None, 0
+
+
+def _iso(date_time: str, fraction: str | None, zone: str | None) -> datetime | None:
+    try:
+        moment = datetime.strptime(date_time, "%Y-%m-%dT%H:%M:%S")
+    except ValueError:
+        return None
+    if fraction:
+        moment = moment.replace(microsecond=int(fraction[:6].ljust(6, "0")))
+    if zone in (None, "Z", "+00:00", "+0000", "-00:00", "-0000"):
+        return moment.replace(tzinfo=timezone.utc)
+    sign = 1 if zone[0] == "+" else -1
+    digits = zone[1:].replace(":", "")
+    offset_s = sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
+    return datetime.fromtimestamp(moment.replace(tzinfo=timezone.utc).timestamp() - offset_s, timezone.utc)
+
+
+def _event(head: str, around: str | None) -> KernelLogLine | None:
+    """The event of a line from its `head` (time stamp and message start) and, for a long
+    line, the words `around` its keyword."""
+    moment, since_boot, start = _time_of(head)
+    message = head[start:start + MAX_MESSAGE_CHARS].rstrip()
+    body = head[start:] if around is None else around
+    if (match := _XID.search(body)) is not None:
+        address = _pci(match.group(1))
+        if address is None:
+            return None
+        return KernelLogLine(KernelEventKind.XID, address, moment, since_boot, int(match.group(2)), message=message)
+    if (match := _SXID.search(body)) is not None:
+        address = _pci(match.group(1))
+        if address is None:
+            return None
+        after = body[match.end():match.end() + 40].lower()
+        fatal = True if "non-fatal" not in after and "fatal" in after else (False if "non-fatal" in after else None)
+        return KernelLogLine(KernelEventKind.SXID, address, moment, since_boot, int(match.group(2)), fatal, message)
+    if (match := _AER.search(body)) is not None:
+        kind = KernelEventKind.AER_CORRECTED if match.group(1) == "Corrected" else KernelEventKind.AER_UNCORRECTED
+        address = _pci(match.group(2))
+        return KernelLogLine(kind, address, moment, since_boot, message=message) if address else None
+    if (match := _LINK.search(body)) is not None:
+        kind = KernelEventKind.LINK_DOWN if match.group(3).lower() == "down" else KernelEventKind.LINK_UP
+        return KernelLogLine(kind, match.group(2), moment, since_boot, message=message)
+    return None
+
+
+def _pci(text: str) -> str | None:
+    """`0000:18:00` (Xid lines omit the function) or `0000:18:00.0` -> `0000:18:00.0`."""
+    return canonical_pci_address(text if "." in text else f"{text}.0")

@@ -1,0 +1,70 @@
+"""The kernel log parser: Xid, SXid, link and AER lines in the three time formats."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from netdoctor.errors import NothingToParse, ParseError
+from netdoctor.parsers.kernel_log import parse_kernel_log
+from netdoctor.vocabulary import KernelEventKind
+
+DEVICE = Path(__file__).parent / "data" / "device" / "nvidia-h200-x2" / "raw-fabric"
+
+
+def test_a_real_healthy_h200_boot_log_has_no_events_and_reaches_back_to_boot() -> None:
+    for name in ("dmesg.out", "dmesg-plain.out"):
+        parsed = parse_kernel_log((DEVICE / name).read_text(encoding="utf-8"))
+        assert parsed.events == ()
+    iso = parse_kernel_log((DEVICE / "dmesg.out").read_text(encoding="utf-8"))
+    assert iso.first_time == datetime(2026, 11, 23, 22, 58, 17, 595436, tzinfo=timezone.utc)
+    plain = parse_kernel_log((DEVICE / "dmesg-plain.out").read_text(encoding="utf-8"))
+    assert plain.first_time is None and plain.first_since_boot_s == 0.0
+
+
+def test_each_event_kind_with_its_subject_code_and_time() -> None:
+    text = (
+        "2026-11-23T10:01:02,123456+00:00 NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus.\n"
+        "2026-11-23T10:02:02,000000+01:00 nvidia-nvswitch3: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 30 LTSSM Fault Up\n"
+        "2026-11-23T10:02:03,000000+00:00 nvidia-nvswitch1: SXid (PCI:0000:08:00.0): 12028, Non-fatal, Link 18 egress\n"
+        "2026-11-23T10:03:02,000000+00:00 mlx5_core 0000:1a:00.0 ibp26s0: Link down\n"
+        "2026-11-23T10:03:05,000000+00:00 pcieport 0000:00:01.1: AER: Corrected error received: 0000:18:00.0\n"
+        "2026-11-23T10:03:07,000000+00:00 pcieport 0000:00:01.1: AER: Multiple Uncorrected (Non-Fatal) error received: 0000:1a:00.0\n"
+        "2026-11-23T10:03:09+0000 node017 kernel: mlx5_core 0000:1a:00.0 ibp26s0: Link up\n"
+        "2026-11-23T10:03:10,000000+00:00 audit: type=1400 Link upgrades are not events\n"
+    )
+    events = parse_kernel_log(text).events
+    assert [(event.kind, event.subject, event.code) for event in events] == [
+        (KernelEventKind.XID, "0000:18:00.0", 79), (KernelEventKind.SXID, "0000:07:00.0", 20034),
+        (KernelEventKind.SXID, "0000:08:00.0", 12028), (KernelEventKind.LINK_DOWN, "ibp26s0", None),
+        (KernelEventKind.AER_CORRECTED, "0000:18:00.0", None), (KernelEventKind.AER_UNCORRECTED, "0000:1a:00.0", None),
+        (KernelEventKind.LINK_UP, "ibp26s0", None)]
+    assert events[1].time == datetime(2026, 11, 23, 9, 2, 2, tzinfo=timezone.utc)        # +01:00 placed in UTC
+    assert (events[1].fatal, events[2].fatal) == (True, False)
+    assert events[6].time == datetime(2026, 11, 23, 10, 3, 9, tzinfo=timezone.utc)        # journalctl short-iso
+
+
+def test_plain_dmesg_keeps_seconds_since_boot() -> None:
+    event = parse_kernel_log("[   12.345678] NVRM: Xid (PCI:0000:2a:00): 13, pid=9, Graphics Exception\n").events[0]
+    assert (event.time, event.since_boot_s, event.subject, event.code) == (None, 12.345678, "0000:2a:00.0", 13)
+
+
+@pytest.mark.parametrize("text", ["", "   \n"])
+def test_empty_output_is_nothing_to_parse(text: str) -> None:
+    with pytest.raises(NothingToParse):
+        parse_kernel_log(text)
+
+
+@pytest.mark.parametrize("text", ["dmesg: read kernel buffer failed: Operation not permitted\n", "\x00\x01garbage" * 50])
+def test_output_without_time_stamps_is_a_parse_error(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_kernel_log(text)
+
+
+def test_hostile_lines_do_not_break_the_scan() -> None:
+    text = ("[    0.000000] Linux version\n" + "[    1.000000] mlx5_core 0000:1a:00.0 " + "x" * 1_000_000 + ": Link down\n"
+            + "[    2.000000] NVRM: Xid (PCI:zzzz): 79, bad address\n")
+    events = parse_kernel_log(text).events
+    assert [event.kind for event in events] == [KernelEventKind.LINK_DOWN]
