@@ -135,3 +135,7 @@ class KernelEventKind(enum.StrEnum):
     AER_CORRECTED = "aer-corrected"
     AER_UNCORRECTED = "aer-uncorrected"   # non-fatal or fatal
     NVLINK = "nvlink"           # NVLink errors the driver logs outside an Xid
+
+
+# NVML's nvmlNvlinkVersion_t -> the NVLink generation (6 = NVLink 4.0 on H100/H200).
+NVML_NVLINK_VERSIONS = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}

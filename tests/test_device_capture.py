@@ -36,6 +36,14 @@ def test_real_h200_capture_inventory() -> None:
     assert {gpu.dmabuf_supported for gpu in inventory.gpus} == {True}
     # The PCI bus shows the same two GPUs NVML reports (device id 0x2335 = H200).
     assert inventory.pci_gpus == {gpu.pci_address: "0x2335" for gpu in inventory.gpus}
+    # The GPU fabric (captured 2026-11-23): per-link NVLink facts, fabric state, this boot's log.
+    for gpu in inventory.gpus:
+        assert len(gpu.nvlinks) == 18 and all(link.active for link in gpu.nvlinks)
+        assert gpu.fabric is not None and (gpu.fabric.state, gpu.fabric.status) == ("completed", "success")
+        assert gpu.virtualization_mode == "passthrough" and gpu.vbios_version == "96.00.A5.00.1A"
+    assert inventory.nvswitches == ()                        # a VM: the host owns the NVSwitches
+    assert inventory.kernel_log is not None and inventory.kernel_log.events == ()
+    assert inventory.uptime_s is not None and inventory.kernel_release == "6.18.44-fc-v657-gpu"
 
 
 def test_real_h200_capture_has_no_false_alarm() -> None:

@@ -29,8 +29,10 @@ from netdoctor.parsers import (
     parse_nvidia_smi_topo_matrix,
     parse_perfquery,
 )
+from netdoctor.parsers.kernel_log import parse_kernel_log
 from netdoctor.parsers.nccl import parse_nccl_log
 from netdoctor.parsers.nccl_tests import parse_nccl_tests
+from netdoctor.parsers.systemctl import parse_systemctl_show
 from netdoctor.parsers.sysfs_values import (
     parse_counter,
     parse_hex_or_int,
@@ -68,6 +70,8 @@ PARSERS: dict[str, tuple[Callable[[str], Any], list[str]]] = {
     "topo-inventory": (parse_nvidia_smi_topo, _samples("nvidia-smi-topo", lambda name: "p2p" not in name)),
     "nccl-log": (parse_nccl_log, _samples("nccl-log")),
     "nccl-tests": (parse_nccl_tests, _samples("nccl-tests")),
+    "kernel-log": (parse_kernel_log, _samples("dmesg")),
+    "systemctl": (parse_systemctl_show, _samples("systemctl")),
 }
 
 VALUE_PARSERS: list[Callable[[str], Any]] = [

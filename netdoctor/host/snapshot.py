@@ -25,7 +25,7 @@ from netdoctor.errors import SnapshotError
 from netdoctor.host.files import replacement
 from netdoctor.host.netdevs import NetdevFacts, collect_netdevs
 from netdoctor.host.sysfs import Recording, RootedSysTree
-from netdoctor.host.types import PROC_FILES, CommandResult, CommandSpec, CommandState
+from netdoctor.host.types import NOT_IN_SNAPSHOT, PROC_FILES, CommandResult, CommandSpec, CommandState
 from netdoctor.util import parse_iso_utc
 
 __all__ = ["SNAPSHOT_FORMAT", "Recording", "SnapshotSource", "open_snapshot", "write_snapshot"]
@@ -203,7 +203,7 @@ class SnapshotSource:
         for spec in specs:
             recorded = self._commands.get(spec.name)
             if recorded is None:
-                results[spec.name] = CommandResult(spec.name, CommandState.MISSING, stderr="not in snapshot", argv=spec.argv)
+                results[spec.name] = CommandResult(spec.name, CommandState.MISSING, stderr=NOT_IN_SNAPSHOT, argv=spec.argv)
             else:
                 results[spec.name] = CommandResult(
                     recorded.name, recorded.state, stdout=recorded.stdout, stderr=recorded.stderr,
@@ -219,10 +219,7 @@ class SnapshotSource:
     # -- lifetime ---------------------------------------------------------------------
 
     def proc(self, name: str) -> str | None:
-        if name not in PROC_FILES:
-            return None
-        # Read like sys/: no link inside the snapshot may lead out of it.
-        return self._proc.read(name)
+        return self._proc.read(name) if name in PROC_FILES else None   # like sys/: no link leads out
 
     def close(self) -> None:
         if self._cleanup is not None:

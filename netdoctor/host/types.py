@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from netdoctor.host.netdevs import NetdevFacts
 
 
+NOT_IN_SNAPSHOT = "not in snapshot"     # a MISSING result's stderr when a snapshot lacks the command
+
+
 class CommandState(enum.StrEnum):
     OK = "ok"            # exited 0
     ERROR = "error"      # exited non-zero (or could not be started: permission denied)
@@ -53,6 +56,8 @@ class CommandResult:
         if self.state is CommandState.TIMEOUT:
             return f"{self.name} timed out after {self.duration_s:.1f} s"
         if self.state is CommandState.MISSING:
+            if self.stderr == NOT_IN_SNAPSHOT:       # an older snapshot, taken before the source existed
+                return f"{self.name} was not recorded in this snapshot"
             # Name the executable the operator would install, not the snapshot NAME.
             return f"{self.argv[0] if self.argv else self.name} is not installed"
         if self.state is CommandState.ERROR:

@@ -7,7 +7,8 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from netdoctor.inventory.model import Inventory, LinkLayer, SourceState
+from netdoctor.inventory.model import Gpu, Inventory, LinkLayer, SourceState
+from netdoctor.vocabulary import NVML_NVLINK_VERSIONS
 from netdoctor.textsafe import safe_text
 
 SCHEMA = "netdoctor.inventory/1"
@@ -65,6 +66,50 @@ def _pcie(link: Any) -> str:
     return f"{one(link.current_gen, link.current_width)} / {one(link.max_gen, link.max_width)}"
 
 
+def _nvlink(gpu: Gpu) -> str:
+    """`18/18 NVLink 4.0 26.6 GB/s`, `16/18 ... down: 7,13`, or `-` (PCIe GPUs, unknown)."""
+    if gpu.nvlink_total is None:
+        return "-"
+    text = f"{_or_dash(gpu.nvlink_active)}/{gpu.nvlink_total}"
+    if gpu.nvlink_total:
+        text += f" NVLink {_or_dash(NVML_NVLINK_VERSIONS.get(gpu.nvlink_version or -1, gpu.nvlink_version))}"
+        speeds = {link.speed_mbps for link in gpu.nvlinks if link.active and link.speed_mbps}
+        if len(speeds) == 1:
+            text += f" {speeds.pop() / 1000:.1f} GB/s"
+        down = [str(link.link) for link in gpu.nvlinks if link.active is False]
+        if down:
+            text += f" down: {','.join(down)}"
+    return text
+
+
+def _fabric_lines(inventory: Inventory) -> list[str]:
+    """NVSwitches, the fabric services, VBIOS/virtualization, the kernel log in brief."""
+    lines: list[str] = []
+    if inventory.nvswitches:
+        lines.append(f"  NVSwitches ({len(inventory.nvswitches)}): {' '.join(inventory.nvswitches)}")
+    services = [f"{unit} {_or_dash(state.active_state)}/{_or_dash(state.sub_state)}"
+                + (f" ({state.restarts} restarts)" if state.restarts else "")
+                for unit, state in sorted(inventory.services.items()) if state.active_state not in (None, "inactive")]
+    if services:
+        lines.append("  services: " + "; ".join(services))
+    vbios = sorted({gpu.vbios_version for gpu in inventory.gpus if gpu.vbios_version})
+    modes = sorted({gpu.virtualization_mode for gpu in inventory.gpus if gpu.virtualization_mode})
+    if vbios or modes:
+        lines.append(f"  VBIOS {', '.join(vbios) or '-'}; virtualization {', '.join(modes) or '-'}")
+    log = inventory.kernel_log
+    if log is not None:
+        counts: dict[str, int] = {}
+        for event in log.events:
+            counts[event.kind.value] = counts.get(event.kind.value, 0) + 1
+        kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(counts.items())) or "none"
+        reach = f", log from {log.first_time.strftime('%Y-%m-%dT%H:%M:%SZ')}" if log.first_time else ""
+        lines.append(f"  kernel log events this boot: {kinds}{reach}")
+    if inventory.kernel_release or inventory.uptime_s is not None:
+        uptime = f", up {inventory.uptime_s / 3600:.1f} h" if inventory.uptime_s is not None else ""
+        lines.append(f"  kernel {_or_dash(inventory.kernel_release)}{uptime}")
+    return lines
+
+
 def render_inventory_text(inventory: Inventory) -> str:
     lines: list[str] = []
     driver = f"   driver {inventory.driver_version}" if inventory.driver_version else ""
@@ -78,11 +123,12 @@ def render_inventory_text(inventory: Inventory) -> str:
         rows = []
         for gpu in inventory.gpus:
             pcie = gpu.pcie or inventory.pcie.get(gpu.pci_address or "")
-            nvlink = f"{_or_dash(gpu.nvlink_active)}/{_or_dash(gpu.nvlink_total)}" if gpu.nvlink_total is not None else "-"
             pstate = f"P{gpu.performance_state}" if gpu.performance_state is not None else "-"
+            fabric = gpu.fabric.state if gpu.fabric and gpu.fabric.state else "-"
             rows.append([gpu.label, _or_dash(gpu.name), _or_dash(gpu.pci_address), _or_dash(gpu.numa_node),
-                         _or_dash(gpu.cpu_affinity), _pcie(pcie), nvlink, pstate])
-        lines += _table(["GPU", "name", "PCI", "NUMA", "CPUs", "PCIe now / max", "NVLink", "P-state"], rows)
+                         _or_dash(gpu.cpu_affinity), _pcie(pcie), _nvlink(gpu), fabric, pstate])
+        lines += _table(["GPU", "name", "PCI", "NUMA", "CPUs", "PCIe now / max", "NVLink", "fabric", "P-state"], rows)
+        lines += _fabric_lines(inventory)
     else:
         not_found.append(f"no NVIDIA GPUs ({inventory.source('nvml').reason()})")
 

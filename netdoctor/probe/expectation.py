@@ -27,14 +27,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from netdoctor.vocabulary import NVML_NVLINK_VERSIONS
+
 MIB = 1 << 20
 HALF_SIZE_BYTES = 37 * MIB          # fitted on 2x H200, see above
 NVLINK_EFFICIENCY = 0.764           # asymptotic busbw / nominal NVLink bandwidth (2x H200)
 PCIE_EFFICIENCY = 0.44              # SHM over PCIe 5.0 x16 (2x H200, NCCL_P2P_DISABLE=1)
-
-# nvmlDeviceGetNvLinkVersion returns NVML's enum, not the version number:
-# 1=1.0, 2=2.0, 3=2.2, 4=3.0, 5=3.1, 6=4.0, 7=5.0 (the H200 reports 6).
-NVML_NVLINK_VERSIONS = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
 
 # Unidirectional GB/s per link. 1.0 (P100) 20; 2.x (V100) and 3.x (A100) 25 (A100:
 # 12 links = 300 GB/s); 4.0 (H100/H200) 25 (18 links = 450 GB/s); 5.0 (B200) 50
