@@ -197,7 +197,7 @@ def test_counter_pairs_share_boot_and_are_600_seconds_apart() -> None:
 
 
 COMMAND_NAME = re.compile(r"nvidia-smi-topo-m|ibstat|ibv_devinfo-v|iblinkinfo|ibdev2netdev|"
-                          r"perfquery-x-[\w]+-\d+|mlnx_qos-[\w.-]+|systemctl-show-nvidia-(?:fabricmanager|imex)|dmesg")
+                          r"perfquery-x-[\w]+-\d+|mlnx_qos-[\w.-]+|systemctl-show-nvidia-(?:fabricmanager|imex)|dmesg|nvidia-smi-nvlink-s")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -508,7 +508,7 @@ CHANGED: dict[str, list[str]] = {
     "roce-h100-no-pfc": ["commands/mlnx_qos-ens*np0.out"],
     "roce-h100-ecn-off": ["sys/class/net/ens*np0/ecn/roce_*/enable/3"],
     "roce-h100-mtu-1500": ["commands/ibv_devinfo-v.out", "sys/class/net/ens3np0/mtu"],
-    "dgx-h100-nvlinks-down": ["nvml.json"],
+    "dgx-h100-nvlinks-down": ["nvml.json", "commands/nvidia-smi-nvlink-s.out"],
     "dgx-h100-fabric-manager-failed": ["nvml.json", "commands/systemctl-show-nvidia-fabricmanager.out"],
     "dgx-h100-fabric-in-progress": ["nvml.json"],
     "dgx-h100-nvlink-replay-a": ["nvml.json"],

@@ -18,7 +18,7 @@ from netdoctor.parsers.perfquery import parse_perfquery
 CONTRACT_NAMES = {"nvidia-smi-topo-m", "ibstat", "ibv_devinfo-v", "iblinkinfo", "perfquery-x-{dev}-{port}",
                   "mlnx_qos-{netdev}", "ibdev2netdev",
                   # CONTRACT 6.2
-                  "dmesg", "systemctl-show-nvidia-fabricmanager", "systemctl-show-nvidia-imex"}
+                  "nvidia-smi-nvlink-s", "dmesg", "systemctl-show-nvidia-fabricmanager", "systemctl-show-nvidia-imex"}
 # What host may import: itself and the small shared modules every layer uses.
 HOST_MAY_IMPORT = ("netdoctor.host", "netdoctor.util", "netdoctor.errors", "netdoctor.vocabulary", "netdoctor.logging")
 

@@ -32,6 +32,7 @@ from netdoctor.parsers import (
 from netdoctor.parsers.kernel_log import parse_kernel_log
 from netdoctor.parsers.nccl import parse_nccl_log
 from netdoctor.parsers.nccl_tests import parse_nccl_tests
+from netdoctor.parsers.nvidia_smi_nvlink import parse_nvidia_smi_nvlink_status
 from netdoctor.parsers.systemctl import parse_systemctl_show
 from netdoctor.parsers.sysfs_values import (
     parse_counter,
@@ -72,6 +73,7 @@ PARSERS: dict[str, tuple[Callable[[str], Any], list[str]]] = {
     "nccl-tests": (parse_nccl_tests, _samples("nccl-tests")),
     "kernel-log": (parse_kernel_log, _samples("dmesg")),
     "systemctl": (parse_systemctl_show, _samples("systemctl")),
+    "nvlink-status": (parse_nvidia_smi_nvlink_status, _samples("nvidia-smi-nvlink")),
 }
 
 VALUE_PARSERS: list[Callable[[str], Any]] = [

@@ -95,6 +95,9 @@ SOURCES: tuple[Source, ...] = (
     # PFC/trust of RoCE netdevs: pfc-ecn (need `roce`) judges them.
     Source("mlnx_qos-{netdev}", ("mlnx_qos", "-i", "{netdev}"), "netdoctor.parsers.mlnx_qos:parse_mlnx_qos",
            _needs("roce", "qos"), Scope.ROCE_NETDEV, timeout_s=4.0, root=True),
+    # A second source of NVLink state and speed, for drivers whose NVML gives no per-link facts.
+    Source("nvidia-smi-nvlink-s", ("nvidia-smi", "nvlink", "-s"),
+           "netdoctor.parsers.nvidia_smi_nvlink:parse_nvidia_smi_nvlink_status", _needs("nvlink"), timeout_s=8.0),
     # This boot's kernel log with absolute times: kernel-events (need `kernel-log`) judges
     # Xids, SXids, link flaps and AER. Root where kernel.dmesg_restrict=1 (most distributions).
     Source("dmesg", ("dmesg", "--time-format", "iso"), "netdoctor.parsers.kernel_log:parse_kernel_log",

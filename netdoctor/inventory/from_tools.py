@@ -24,6 +24,7 @@ from netdoctor.inventory.model import (
     KernelLog,
     LinkLayer,
     LinkRate,
+    NvLink,
     QosConfig,
     ServiceState,
     Topology,
@@ -36,6 +37,7 @@ from netdoctor.parsers.ibv_devinfo import IbvDevice
 from netdoctor.parsers.mlnx_qos import MlnxQos
 from netdoctor.parsers.perfquery import PerfqueryBlock, counters_as_sysfs
 from netdoctor.parsers.kernel_log import KernelLogLines
+from netdoctor.parsers.nvidia_smi_nvlink import GpuNvlinks
 from netdoctor.parsers.systemctl import UnitState
 from netdoctor.util import parse_iso_utc
 
@@ -156,6 +158,27 @@ def join_mlnx_qos(draft: Draft, qos: MlnxQos, fields: Mapping[str, str]) -> None
     netdev.sources += ("mlnx_qos",)
 
 
+def join_nvlink_status(draft: Draft, gpus: list[GpuNvlinks], fields: Mapping[str, str]) -> None:
+    """Per-link state and speed where NVML gave none; where both tell, a different count of
+    active links is kept as a conflict (NVML's stands)."""
+    by_index = {gpu.index: gpu for gpu in draft.inventory.gpus}
+    for entry in gpus:
+        gpu = by_index.get(entry.index)
+        if gpu is None:
+            continue
+        active = sum(link.active for link in entry.links)
+        if gpu.nvlinks:
+            if gpu.nvlink_active is not None and gpu.nvlink_active != active:
+                draft.inventory.conflicts.append(Conflict(gpu.label, "nvlink_active", {"nvml": gpu.nvlink_active,
+                                                          "nvidia-smi-nvlink-s": active}, chosen="nvml"))
+            continue
+        gpu.nvlinks = tuple(NvLink(link.link, active=link.active, version=gpu.nvlink_version,
+                                   speed_mbps=round(link.speed_gbs * 1000) if link.speed_gbs else None)
+                            for link in entry.links)
+        draft.merge(gpu, {"nvlink_total": len(entry.links), "nvlink_active": active}, "nvidia-smi-nvlink-s", gpu.label)
+        gpu.sources += ("nvidia-smi-nvlink-s",)
+
+
 def join_kernel_log(draft: Draft, log: KernelLogLines, fields: Mapping[str, str]) -> None:
     """Events with UTC times; a plain-dmesg line is placed from the boot time (capture time
     minus /proc/uptime) where that is known, else it stays without a time."""
@@ -187,6 +210,7 @@ JOINERS: dict[str, Joiner] = {
     "iblinkinfo": join_iblinkinfo,
     "perfquery-x-{dev}-{port}": join_perfquery,
     "mlnx_qos-{netdev}": join_mlnx_qos,
+    "nvidia-smi-nvlink-s": join_nvlink_status,
     "dmesg": join_kernel_log,
     "systemctl-show-nvidia-fabricmanager": _join_service("nvidia-fabricmanager"),
     "systemctl-show-nvidia-imex": _join_service("nvidia-imex"),
