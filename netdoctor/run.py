@@ -30,6 +30,7 @@ from netdoctor.checks.registry import Registry, load_registry, third_party_confi
 from netdoctor.errors import NetdoctorError, UsageError
 from netdoctor.host.types import NodeSource
 from netdoctor.inventory.model import Inventory, SourceState
+from netdoctor.inventory.queries import versions
 from netdoctor.probe.result import ProbeNotRun, ProbeRequest, ProbeResult
 from netdoctor.report.model import Finding, Grade, Report, Status, grade_of
 from netdoctor.util import utc_now_iso
@@ -275,6 +276,7 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         snapshot=str(options.snapshot) if options.snapshot is not None else None,
         captured_at=inventory.captured_at if node.is_snapshot else None,
         required_not_run=tuple(sorted(pack.required & set(registry.ids()) - {check.id for check in selected})),
+        versions=versions(inventory),
     )
 
 

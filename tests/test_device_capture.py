@@ -52,3 +52,12 @@ def test_real_h200_capture_has_no_false_alarm() -> None:
     statuses = {(f.check, f.status) for f in report.findings}
     assert ("pcie-link", Status.PASS) in statuses and ("gpu-driver", Status.PASS) in statuses
     assert all(f.status in (Status.PASS, Status.SKIP) for f in report.findings)
+
+
+def test_report_carries_the_versions_the_node_runs() -> None:
+    # CONTRACT 6.3 `versions`: what a fleet compares to find the odd node.
+    report = run_check(CheckOptions(snapshot=CAPTURE, no_probe=True), env={})
+    assert report.to_json()["versions"] == {"driver": "580.159.04", "cuda_driver": "13.0",
+                                            "vbios": {"NVIDIA H200": "96.00.A5.00.1A"}, "kernel": "6.18.44-fc-v657-gpu"}
+    fixture = run_check(CheckOptions(snapshot=Path(__file__).parent / "fixtures" / "nodes" / "dgx-h100", no_probe=True), env={})
+    assert fixture.to_json()["versions"]["hca_firmware"] == {"MT4129 MT_0000000838": "28.39.1002"}

@@ -7,6 +7,7 @@ device is an SR-IOV VF's physical function, and why a source gave no fact.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from netdoctor.inventory.model import Hca, Inventory
 
@@ -87,3 +88,27 @@ def unavailable_reason(inventory: Inventory, *source_names: str) -> str:
     if reasons:
         return "; ".join(reasons)
     return f"not reported by {' or '.join(source_names)}"
+
+
+def versions(inventory: Inventory) -> dict[str, Any]:
+    """The software and firmware versions the node reports (CONTRACT 6.3 `versions`): what a
+    fleet compares to find the odd node. Several values of one kind on one node are all kept."""
+    found: dict[str, Any] = {}
+    if inventory.driver_version:
+        found["driver"] = inventory.driver_version
+    cuda = inventory.cuda_driver_version
+    if cuda:
+        found["cuda_driver"] = f"{cuda // 1000}.{cuda % 1000 // 10}"
+    for key, pairs in (("hca_firmware", [(f"{hca.ca_type or hca.model or '?'} {hca.board_id or '?'}", hca.firmware)
+                                         for hca in inventory.hcas if not hca.is_virtual_function]),
+                       ("vbios", [(gpu.name or "?", gpu.vbios_version) for gpu in inventory.gpus])):
+        values: dict[str, set[str]] = {}
+        for what, version in pairs:
+            if version:
+                values.setdefault(what, set()).add(version)
+        if values:
+            found[key] = {what: ", ".join(sorted(seen)) for what, seen in sorted(values.items())}
+    if inventory.kernel_release:
+        found["kernel"] = inventory.kernel_release
+    found.update(inventory.versions)
+    return found

@@ -113,6 +113,7 @@ class Report:
     snapshot: str | None = None
     captured_at: str | None = None           # a snapshot's own capture time (snapshot.json)
     required_not_run: tuple[str, ...] = ()   # checks the pack requires that --only/--skip left out
+    versions: dict[str, Any] = field(default_factory=dict)   # CONTRACT 6.3: what the node runs
 
     SCHEMA = "netdoctor.report/1"
 
@@ -145,4 +146,6 @@ class Report:
             data["snapshot_captured_at"] = self.captured_at
         if self.required_not_run:
             data["required_not_run"] = list(self.required_not_run)
+        if self.versions:
+            data["versions"] = self.versions
         return data
