@@ -1,5 +1,5 @@
 """The words every layer shares: IB port states, link layers, link rates, the GPU/NIC matrix,
-PCIe port types and ACS control bits, kernel event kinds.
+kernel event kinds, NVLink versions.
 
 Parsers produce them from tool output and the inventory is built of them, so they live
 below both (netdoctor.inventory.model re-exports them).
@@ -84,47 +84,6 @@ class Topology:
             if name == hca_name:
                 return label
         return None
-
-
-class PciePortType(enum.StrEnum):
-    """The PCI Express capability's device/port type."""
-
-    ENDPOINT = "endpoint"
-    LEGACY_ENDPOINT = "legacy-endpoint"
-    ROOT_PORT = "root-port"
-    UPSTREAM = "upstream"           # a switch's upstream port
-    DOWNSTREAM = "downstream"       # a switch's downstream port
-    PCIE_TO_PCI = "pcie-to-pci"
-    PCI_TO_PCIE = "pci-to-pcie"
-    ROOT_INTEGRATED = "root-integrated"
-    ROOT_EVENT_COLLECTOR = "root-event-collector"
-
-
-@dataclass(frozen=True)
-class AcsControl:
-    """The ACS Control register (`ACSCtl:` in lspci): which access controls are enabled."""
-
-    source_validation: bool = False     # SrcValid
-    translation_blocking: bool = False  # TransBlk
-    request_redirect: bool = False      # ReqRedir
-    completion_redirect: bool = False   # CmpltRedir
-    upstream_forwarding: bool = False   # UpstreamFwd
-    egress_control: bool = False        # EgressCtrl
-    direct_translated: bool = False     # DirectTrans
-
-    @property
-    def redirects(self) -> bool:
-        """Peer-to-peer requests or completions are redirected upstream (through the root
-        complex / IOMMU) instead of being routed by the switch."""
-        return self.request_redirect or self.completion_redirect
-
-    def marks(self) -> str:
-        """lspci's spelling of the enabled bits, e.g. `SrcValid+ ReqRedir+ CmpltRedir+`."""
-        names = (("SrcValid", self.source_validation), ("TransBlk", self.translation_blocking),
-                 ("ReqRedir", self.request_redirect), ("CmpltRedir", self.completion_redirect),
-                 ("UpstreamFwd", self.upstream_forwarding), ("EgressCtrl", self.egress_control),
-                 ("DirectTrans", self.direct_translated))
-        return " ".join(f"{name}+" for name, enabled in names if enabled) or "none"
 
 
 class KernelEventKind(enum.StrEnum):

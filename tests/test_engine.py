@@ -25,18 +25,14 @@ from netdoctor.inventory.model import (
     Inventory,
     KernelLog,
     LinkLayer,
-    Neighbor,
     Netdev,
     PcieLink,
-    PciFunction,
-    PciTree,
     Port,
     PortState,
     QosConfig,
     SourceState,
     SourceStatus,
     Topology,
-    TransceiverModule,
 )
 from netdoctor.report.model import Finding, Grade, Status, grade_of
 from netdoctor.probe.result import ProbeNotRun, ProbeResult
@@ -94,15 +90,13 @@ def _hanging(context: CheckContext) -> list[Finding]:
 
 
 def _full_inventory() -> Inventory:
-    ib_port = Port("mlx5_0", 1, state=PortState.ACTIVE, link_layer=LinkLayer.INFINIBAND, counters={"symbol_error": 0},
-                   neighbor=Neighbor("0x7cfe900300a1b2c3", "leaf-07", 17), module=TransceiverModule(temperature_c=41.0))
+    ib_port = Port("mlx5_0", 1, state=PortState.ACTIVE, link_layer=LinkLayer.INFINIBAND, counters={"symbol_error": 0})
     roce_port = Port("mlx5_1", 1, state=PortState.ACTIVE, link_layer=LinkLayer.ETHERNET, netdev="ens1f0np0")
     link = PcieLink("0000:18:00.0", current_gen=5, max_gen=5, current_width=16, max_width=16)
     return Inventory(
         host="node017", captured_at="2026-11-21T22:40:00Z",
         gpus=[Gpu(0, name="NVIDIA H100 80GB HBM3", pcie=link, nvlink_active=18, nvlink_total=18,
                   fabric=GpuFabric("completed", "success"))],
-        pci_tree=PciTree({"0000:18:00.0": PciFunction("0000:18:00.0")}),
         kernel_log=KernelLog(),
         hcas=[Hca("mlx5_0", ports={1: ib_port}), Hca("mlx5_1", ports={1: roce_port})],
         netdevs=[Netdev("ens1f0np0", mtu=9000, rdma_port="mlx5_1:1", qos=QosConfig(trust="dscp", pfc_enabled=(3,)))],
@@ -134,11 +128,11 @@ def test_fabric_needs_skip_where_the_thing_is_absent_and_say_why_they_are_unknow
     no_log.sources["dmesg"] = SourceStatus("dmesg", SourceState.ERROR, "exit 1: dmesg: read kernel buffer failed: Operation not permitted")
     assert NEED_JUDGES["kernel-log"](no_log, None) == (
         Status.UNKNOWN, "the kernel log was not read: dmesg failed: exit 1: dmesg: read kernel buffer failed: Operation not permitted")
-    no_tree = _full_inventory()
-    no_tree.pci_tree = None
-    no_tree.sources["sysfs"] = SourceStatus("sysfs", SourceState.ERROR, "permission denied")
-    assert NEED_JUDGES["pcie-path"](no_tree, None) == (
-        Status.UNKNOWN, "the PCIe tree above the GPUs and NICs was not read: sysfs failed: permission denied")
+    no_fabric = _full_inventory()
+    no_fabric.gpus[0].fabric = None
+    no_fabric.sources["nvml"] = SourceStatus("nvml", SourceState.ERROR, "Unknown Error")
+    assert NEED_JUDGES["fabric"](no_fabric, None) == (
+        Status.UNKNOWN, "neither NVML's fabric state nor the PCI bus was read: nvml failed: Unknown Error")
 
 
 def test_rdma_skip_when_kernel_has_no_devices() -> None:

@@ -32,11 +32,7 @@ NEEDS = {
     "probe": "the NCCL probe result",
     "nvlink": "each GPU's NVLinks: state, speed, version, error counters (NVML, nvidia-smi nvlink -s)",
     "fabric": "the NVSwitch fabric: GPU fabric state (NVML), fabric manager and IMEX services",
-    "pcie-path": "the PCIe tree above GPUs and NICs: bridges, links, ACS/ATS, IOMMU groups",
     "kernel-log": "kernel log events of this boot (dmesg / journalctl -k)",
-    "transceiver": "cable and optical modules of compute ports (mlxlink -m, ethtool -m)",
-    "versions": "software and firmware versions (driver, OFED, fabric manager, ...)",
-    "neighbors": "each port's first-hop switch (iblinkinfo, smpquery, lldpctl)",
 }
 
 

@@ -165,42 +165,10 @@ def need_fabric(inventory: Inventory, probe: ProbeInput) -> Verdict:
     return _unknown_from(inventory, ("nvml", "sysfs"), "neither NVML's fabric state nor the PCI bus was read")
 
 
-def need_pcie_path(inventory: Inventory, probe: ProbeInput) -> Verdict:
-    if not inventory.gpus and not inventory.hcas:
-        return need_pcie(inventory, probe)
-    if inventory.pci_tree is not None and inventory.pci_tree.functions:
-        return None
-    return _unknown_from(inventory, ("sysfs", "lspci-vvv"), "the PCIe tree above the GPUs and NICs was not read")
-
-
 def need_kernel_log(inventory: Inventory, probe: ProbeInput) -> Verdict:
     if inventory.kernel_log is not None:
         return None
     return _unknown_from(inventory, ("dmesg",), "the kernel log was not read")
-
-
-def need_transceiver(inventory: Inventory, probe: ProbeInput) -> Verdict:
-    verdict = need_rdma(inventory, probe)
-    if verdict is not None:
-        return verdict
-    if any(port.module is not None for port in inventory.ports):
-        return None
-    sources = _sources_with_prefix(inventory, "mlxlink-m-") + _sources_with_prefix(inventory, "ethtool-m-")
-    bad = _first_bad(sources) or next((source for source in sources if not source.usable), None)
-    return (Status.UNKNOWN, f"no module readings: {bad.reason()}" if bad else "no module readings (mlxlink -m / ethtool -m not run)")
-
-
-def need_versions(inventory: Inventory, probe: ProbeInput) -> Verdict:
-    return None      # whatever versions were found are reported; none missing stops a judgement
-
-
-def need_neighbors(inventory: Inventory, probe: ProbeInput) -> Verdict:
-    verdict = need_rdma(inventory, probe)
-    if verdict is not None:
-        return verdict
-    if any(port.neighbor is not None for port in inventory.ports):
-        return None
-    return (Status.UNKNOWN, "no port's first-hop switch is known (iblinkinfo, smpquery, lldpctl)")
 
 
 need_ib = _link_layer_need(LinkLayer.INFINIBAND, "InfiniBand")
@@ -218,11 +186,7 @@ NEED_JUDGES: dict[str, Callable[[Inventory, ProbeInput], Verdict]] = {
     "probe": need_probe,
     "nvlink": need_nvlink,
     "fabric": need_fabric,
-    "pcie-path": need_pcie_path,
     "kernel-log": need_kernel_log,
-    "transceiver": need_transceiver,
-    "versions": need_versions,
-    "neighbors": need_neighbors,
 }
 
 

@@ -14,21 +14,13 @@ from typing import Any
 # The fabric part of the model and the shared vocabulary, also importable from here.
 from netdoctor.inventory.fabric_model import (  # noqa: F401  (re-exported)
     NVLINK_ERROR_COUNTERS,
-    AcsControl,
     GpuFabric,
     KernelEvent,
     KernelEventKind,
     KernelLog,
-    ModuleLane,
-    Neighbor,
     NvLink,
-    PciePortType,
-    PciFunction,
     PcieLink,
-    PciTree,
     ServiceState,
-    Thresholds,
-    TransceiverModule,
 )
 from netdoctor.vocabulary import LinkLayer, LinkRate, PhysState, PortState, Topology
 
@@ -94,8 +86,6 @@ class Port:
     # iblinkinfo: what the link could run at when it runs below it, and the peer.
     could_be: LinkRate | None = None
     peer: str | None = None
-    neighbor: Neighbor | None = None           # first-hop switch (iblinkinfo, smpquery, lldpctl)
-    module: TransceiverModule | None = None    # cable/optical module (mlxlink -m, ethtool -m)
     sources: tuple[str, ...] = ()
 
     @property
@@ -231,15 +221,11 @@ class Inventory:
     peer_memory: PeerMemory = field(default_factory=PeerMemory)
     nvidia_module_loaded: bool | None = None   # /sys/module/nvidia: the kernel driver is loaded
     # The GPU fabric and the GPUDirect path (CONTRACT section 6).
-    pci_tree: PciTree | None = None            # every function on GPU/NIC paths to the root ports
     nvswitches: tuple[str, ...] | None = None  # NVSwitch PCI functions seen (None: PCI bus not read)
     kernel_log: KernelLog | None = None
     services: dict[str, ServiceState] = field(default_factory=dict)   # unit -> state
-    hypervisor: str | None = None              # a VM's hypervisor vendor; "" on bare metal; None unknown
     kernel_release: str | None = None          # proc/sys/kernel/osrelease
     uptime_s: float | None = None              # proc/uptime when captured
-    # Versions the node reports (contract 6.3 `versions`), e.g. {"ofed": "MLNX_OFED_LINUX-24.10-1.1.4.0"}.
-    versions: dict[str, str] = field(default_factory=dict)
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)
 

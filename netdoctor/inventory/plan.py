@@ -30,10 +30,7 @@ IMPLIED_NEEDS: dict[str, frozenset[str]] = {
     "probe": frozenset({"gpus", "topology", "rdma"}),
     "nvlink": frozenset({"gpus"}),
     "fabric": frozenset({"gpus"}),
-    "pcie-path": frozenset({"gpus", "rdma", "pcie"}),
     "kernel-log": frozenset({"gpus", "rdma"}),   # to name the GPU or port an event is about
-    "transceiver": frozenset({"rdma"}),
-    "neighbors": frozenset({"rdma"}),
 }
 FABRIC_SCAN_NOT_ASKED = "fabric scan not asked for (--fabric-scan)"
 NOT_NEEDED = "not needed by the selected checks"

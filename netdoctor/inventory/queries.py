@@ -110,5 +110,4 @@ def versions(inventory: Inventory) -> dict[str, Any]:
             found[key] = {what: ", ".join(sorted(seen)) for what, seen in sorted(values.items())}
     if inventory.kernel_release:
         found["kernel"] = inventory.kernel_release
-    found.update(inventory.versions)
     return found
