@@ -75,10 +75,10 @@ def _judge_gpu(ctx: CheckContext, gpu: Gpu, expected: int | None, node_version: 
     slow = [link for link in gpu.nvlinks if link.active and node_speed and link.speed_mbps and link.speed_mbps < node_speed]
     if slow:
         problems += 1
-        evidence["slow_links"] = {link.link: link.speed_mbps for link in slow}
         yield ctx.warn(subject, f"NVLink {', '.join(str(link.link) for link in slow)} at "
                        f"{min(link.speed_mbps or 0 for link in slow)} MB/s, the node's links run at {node_speed} MB/s",
-                       evidence=evidence, remedy=REMEDY_DOWN)
+                       evidence={**evidence, "slow_links": {link.link: link.speed_mbps for link in slow}},
+                       remedy=REMEDY_DOWN)
     for finding in _judge_errors(ctx, gpu, subject):
         problems += 1
         yield finding
