@@ -14,7 +14,12 @@ PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 def utc_now_iso() -> str:
     """Now, in UTC, to the second: `2026-11-21T22:40:00Z` (the report and snapshot form)."""
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return iso_utc(dt.datetime.now(dt.UTC))
+
+
+def iso_utc(moment: dt.datetime) -> str:
+    """An aware time in the report and snapshot form, to the second: `2026-11-21T22:40:00Z`."""
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_iso_utc(text: str) -> dt.datetime:

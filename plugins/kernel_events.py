@@ -23,7 +23,7 @@ from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.inventory.model import Inventory, KernelEvent, KernelEventKind
-from netdoctor.util import parse_iso_utc
+from netdoctor.util import iso_utc, parse_iso_utc
 
 CHECK_ID = "kernel-events"
 REMEDY_XID = ("look the Xid up in NVIDIA's catalog (docs.nvidia.com/deploy/xid-errors); drain the node, reset "
@@ -172,4 +172,4 @@ def _subject_names(inventory: Inventory) -> dict[str, str]:
 
 
 def _iso(moment: datetime | None) -> str | None:
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ") if moment is not None else None
+    return iso_utc(moment) if moment is not None else None

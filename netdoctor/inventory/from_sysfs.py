@@ -205,12 +205,12 @@ def _numeric(name: str) -> tuple[int, str]:
 
 
 def read_proc(draft: Draft) -> None:
-    """Uptime (places plain-dmesg times; the boot time) and the kernel release, from /proc."""
+    """Uptime (places plain-dmesg times; the boot time), the kernel release and command line."""
     inventory = draft.inventory
-    uptime = draft.source.proc("uptime")
+    uptime = (draft.source.proc("uptime") or "").split()
     try:
-        inventory.uptime_s = float(uptime.split()[0]) if uptime and uptime.split() else None
+        inventory.uptime_s = float(uptime[0]) if uptime else None
     except ValueError:
         inventory.uptime_s = None
-    release = draft.source.proc("sys/kernel/osrelease")
-    inventory.kernel_release = release.strip() or None if release is not None else None
+    inventory.kernel_release = (draft.source.proc("sys/kernel/osrelease") or "").strip() or None
+    inventory.kernel_cmdline = (draft.source.proc("cmdline") or "").strip() or None

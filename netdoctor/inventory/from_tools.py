@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import functools
 import importlib
-from datetime import datetime, timedelta
 from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
 from netdoctor.host.sources import Source

@@ -225,6 +225,7 @@ class Inventory:
     kernel_log: KernelLog | None = None
     services: dict[str, ServiceState] = field(default_factory=dict)   # unit -> state
     kernel_release: str | None = None          # proc/sys/kernel/osrelease
+    kernel_cmdline: str | None = None          # proc/cmdline (iommu=, pci= settings)
     uptime_s: float | None = None              # proc/uptime when captured
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)

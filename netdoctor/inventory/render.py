@@ -10,6 +10,7 @@ from typing import Any
 from netdoctor.inventory.model import Gpu, Inventory, LinkLayer, SourceState
 from netdoctor.vocabulary import NVML_NVLINK_VERSIONS
 from netdoctor.textsafe import safe_text
+from netdoctor.util import iso_utc
 
 SCHEMA = "netdoctor.inventory/1"
 
@@ -102,7 +103,7 @@ def _fabric_lines(inventory: Inventory) -> list[str]:
         for event in log.events:
             counts[event.kind.value] = counts.get(event.kind.value, 0) + 1
         kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(counts.items())) or "none"
-        reach = f", log from {log.first_time.strftime('%Y-%m-%dT%H:%M:%SZ')}" if log.first_time else ""
+        reach = f", log from {iso_utc(log.first_time)}" if log.first_time else ""
         lines.append(f"  kernel log events this boot: {kinds}{reach}")
     if inventory.kernel_release or inventory.uptime_s is not None:
         uptime = f", up {inventory.uptime_s / 3600:.1f} h" if inventory.uptime_s is not None else ""

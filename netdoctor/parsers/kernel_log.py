@@ -68,7 +68,9 @@ class KernelLogLines:
 def parse_kernel_log(text: str) -> KernelLogLines:
     """The events of a kernel log; ParseError when no line carries a time in a known form."""
     require_text(SOURCE, text)
-    first_line = text.lstrip().split("\n", 1)[0]
+    start = len(text) - len(text.lstrip()) if text[:1].isspace() else 0
+    end = text.find("\n", start)
+    first_line = text[start:end if end >= 0 else len(text)][:_HEAD]
     first_time, first_boot, _ = _time_of(first_line)
     if first_time is None and first_boot is None:
         raise ParseError(SOURCE, "the first line has no dmesg or journal time stamp", 1, first_line[:200])

@@ -35,9 +35,10 @@ def render_json(report: Report, *, pretty: bool = False) -> str:
     """The report as one JSON object (plus the extra keys "checks", "netdoctor", "probe").
 
     `pretty`: indented, for a person at a terminal. Otherwise in `short_lines`: what a fleet
-    sweep carries from every node, read back ~40 times faster than the indented form."""
+    sweep carries from every node (10,000 of them read in 1.42 s where the indented form
+    takes 2.0 s, benchmarks/results/fleet.md)."""
     data = _valid_text(report.to_json())
-    return json.dumps(data, indent=2) + "\n" if pretty else short_lines(data)
+    return json.dumps(data, indent=2, default=str) + "\n" if pretty else short_lines(data)
 
 
 def short_lines(data: dict[str, Any]) -> str:
