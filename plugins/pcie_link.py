@@ -1,4 +1,5 @@
-"""`pcie-link`: GPU and NIC PCIe links running below their maximum speed or width.
+"""`pcie-link`: GPU and NIC PCIe links, and the uplinks of the PCIe switches above them,
+running below their maximum speed or width.
 
 A link that trains at fewer lanes or a lower generation than it can cuts host<->device and
 GPUDirect RDMA bandwidth (a Gen5 x16 link carries ~63 GB/s; at x8 a 400 Gb/s NIC can no
@@ -213,6 +214,46 @@ def pcie_link(ctx: CheckContext) -> Iterator[Finding]:
             yield ctx.unknown(hca.name, f"PCI address of {hca.name} unknown: {inventory.source('sysfs').reason()}")
     for address in sorted(functions, key=lambda address: natural_key(functions[address][0].name)):
         yield _judge_nic(ctx, address, functions[address])
+    yield from _judge_switch_uplinks(ctx)
+
+
+def _judge_switch_uplinks(ctx: CheckContext) -> Iterator[Finding]:
+    """The uplink of each PCIe switch on a GPU/NIC path (its upstream port's link): a narrow
+    or slow uplink caps every device behind the switch, though their own links look fine."""
+    inventory = ctx.inventory
+    tree = inventory.pci_tree or {}
+    labels = {gpu.pci_address: gpu.label for gpu in inventory.gpus if gpu.pci_address}
+    labels |= {hca.pci_address: hca.name for hca in inventory.hcas if hca.pci_address and hca.pci_address not in labels}
+    behind: dict[str, list[str]] = {}
+    for address, label in labels.items():
+        parent = tree[address].parent if address in tree else None
+        while parent is not None and parent in tree:
+            behind.setdefault(parent, []).append(label)
+            parent = tree[parent].parent
+    for address in sorted(behind):
+        function = tree[address]
+        link = function.link
+        if function.port_type != "upstream_port" or not _complete(link):
+            continue
+        assert link is not None and link.current_gen is not None and link.max_gen is not None
+        assert link.current_width is not None and link.max_width is not None
+        devices = ", ".join(sorted(behind[address], key=natural_key))
+        evidence = {"bridge": address, "behind": behind[address], **_link_evidence(link)}
+        verdicts: list[Verdict] = []
+        if link.current_width < link.max_width:
+            verdicts.append(Verdict(ctx.severity("low_width_severity"),
+                                    f"PCIe switch uplink {address} runs at x{link.current_width} of x{link.max_width}: "
+                                    f"{devices} behind it share {link.current_width * 100 // link.max_width} % of "
+                                    "its bandwidth", "low_width_severity"))
+        if link.current_gen < link.max_gen:
+            verdicts.append(Verdict(ctx.severity("uplink_low_speed_severity"),
+                                    f"PCIe switch uplink {address} runs at {_describe(link, True)}, below its maximum "
+                                    f"{_describe(link, False)} ({devices} behind it)", "uplink_low_speed_severity"))
+        remedy = (f"the link between the switch ({address}) and its root port {function.parent}: check the "
+                  "baseboard/riser cabling and retimers, and the root port's BIOS link setting; "
+                  f"`lspci -vv -s {address} | grep -E 'LnkCap|LnkSta'` shows capability and state")
+        yield _combine(ctx, address, verdicts, evidence, remedy,
+                       f"PCIe switch uplink {_describe(link, True)} (max {_describe(link, False)}) for {devices}")
 
 
 def _software_device(hca: Hca) -> bool:

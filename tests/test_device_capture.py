@@ -15,6 +15,7 @@ from netdoctor.report.model import Grade, Status
 from netdoctor.run import CheckOptions, run_check
 
 CAPTURE = Path(__file__).parent / "data" / "device" / "nvidia-h200-x2" / "capture.tar.gz"
+H100_CAPTURE = Path(__file__).parent / "data" / "device" / "nvidia-h100-x1" / "capture.tar.gz"
 
 
 def test_real_h200_capture_inventory() -> None:
@@ -51,7 +52,35 @@ def test_real_h200_capture_has_no_false_alarm() -> None:
     assert report.grade is Grade.PASS
     statuses = {(f.check, f.status) for f in report.findings}
     assert ("pcie-link", Status.PASS) in statuses and ("gpu-driver", Status.PASS) in statuses
+    # Captured (2026-11-23) before PCI functions kept their place under their bridges: the
+    # path check says it cannot judge, and why, rather than guessing.
+    path = [f for f in report.findings if f.check == "pcie-p2p-path"]
+    assert [(f.status, f.summary) for f in path] == [(Status.UNKNOWN, (
+        "the PCIe tree above the GPUs and NICs is not known (a snapshot taken before netdoctor 0.2 keeps PCI "
+        "functions without their bridges)"))]
+    assert all(f.status in (Status.PASS, Status.SKIP) for f in report.findings if f.check != "pcie-p2p-path")
+
+
+def test_real_h100_capture_with_its_pcie_tree() -> None:
+    # A single H100 SXM passed through to a Firecracker VM (device tool nvidia-h100-x1, 2026-11-24):
+    # the GPU on the VM's root bus, no bridge, no IOMMU group, no DMI table; NVML says pass-through.
+    with open_snapshot(H100_CAPTURE) as source:
+        inventory = build_inventory(source)
+    assert [gpu.name for gpu in inventory.gpus] == ["NVIDIA H100 80GB HBM3"]
+    assert inventory.gpus[0].nvlink_total == 0       # no NVLink exposed; `nvidia-smi nvlink -s` printed nothing
+    assert inventory.source("nvidia-smi-nvlink-s").state is SourceState.OK
+    tree = inventory.pci_tree
+    assert tree is not None and list(tree) == ["0000:00:06.0"]
+    gpu = tree["0000:00:06.0"]
+    assert (gpu.parent, gpu.port_type, gpu.has_acs, gpu.iommu_group, gpu.capabilities_from) == (
+        None, "endpoint", False, None, "config")          # 4096 bytes of config space read as root
+    assert inventory.virtualization == "GPU virtualization mode passthrough (NVML)"
+    assert inventory.source("lspci-vvv").state is SourceState.MISSING   # the VM image has no pciutils
+    report = run_check(CheckOptions(snapshot=H100_CAPTURE, no_probe=True), env={})
+    assert report.grade is Grade.PASS
     assert all(f.status in (Status.PASS, Status.SKIP) for f in report.findings)
+    assert [f.summary for f in report.findings if f.check == "pcie-p2p-path"] == [
+        "no peer-to-peer PCIe path to judge: one GPU and no RDMA NIC"]
 
 
 def test_report_carries_the_versions_the_node_runs() -> None:

@@ -26,6 +26,7 @@ from netdoctor.inventory.model import (
     KernelLog,
     LinkLayer,
     Netdev,
+    PciPathFunction,
     PcieLink,
     Port,
     PortState,
@@ -101,6 +102,7 @@ def _full_inventory() -> Inventory:
         hcas=[Hca("mlx5_0", ports={1: ib_port}), Hca("mlx5_1", ports={1: roce_port})],
         netdevs=[Netdev("ens1f0np0", mtu=9000, rdma_port="mlx5_1:1", qos=QosConfig(trust="dscp", pfc_enabled=(3,)))],
         pcie={"0000:18:00.0": link},
+        pci_tree={"0000:18:00.0": PciPathFunction("0000:18:00.0")},
         topology=Topology(gpus=("GPU0",), nics=("NIC0",), links={("GPU0", "NIC0"): "PIX"}),
         sources={name: SourceStatus(name, SourceState.OK) for name in ("sysfs", "nvml", "ibstat", "nvidia-smi-topo-m")},
     )

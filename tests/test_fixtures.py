@@ -31,7 +31,7 @@ INDEX = tomllib.loads((NODES / "INDEX.toml").read_text(encoding="utf-8"))["fixtu
 NAMES = sorted(INDEX)
 # The checks, plus `discovery`: a source that hung is reported (what the checks judged without).
 CHECK_IDS = {"port-state", "link-speed", "pcie-link", "error-counters", "mtu", "pfc-ecn", "gpudirect",
-             "gpu-nic-affinity", "nccl-probe", "discovery", "nvlink", "nvswitch-fabric", "kernel-events"}
+             "gpu-nic-affinity", "nccl-probe", "discovery", "nvlink", "nvswitch-fabric", "kernel-events", "pcie-p2p-path"}
 LANE_GBPS = {"SDR": 2.5, "DDR": 5, "QDR": 10, "FDR10": 10, "FDR": 14, "EDR": 25, "HDR": 50, "NDR": 100, "XDR": 200}
 PCIE_GEN = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
 IB_MTUS = (256, 512, 1024, 2048, 4096)
@@ -149,7 +149,7 @@ PERFQUERY_NAMES = {
 def test_index_lists_exactly_the_fixture_directories() -> None:
     directories = sorted(path.name for path in NODES.iterdir() if path.is_dir())
     assert directories == NAMES
-    assert len(NAMES) == 30
+    assert len(NAMES) == 34
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -197,7 +197,8 @@ def test_counter_pairs_share_boot_and_are_600_seconds_apart() -> None:
 
 
 COMMAND_NAME = re.compile(r"nvidia-smi-topo-m|ibstat|ibv_devinfo-v|iblinkinfo|ibdev2netdev|"
-                          r"perfquery-x-[\w]+-\d+|mlnx_qos-[\w.-]+|systemctl-show-nvidia-(?:fabricmanager|imex)|dmesg|nvidia-smi-nvlink-s")
+                          r"perfquery-x-[\w]+-\d+|mlnx_qos-[\w.-]+|systemctl-show-nvidia-(?:fabricmanager|imex)|dmesg|nvidia-smi-nvlink-s|"
+                          r"lspci-vvv")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -219,6 +220,8 @@ def test_every_command_has_status_and_output(name: str) -> None:
 # sysfs path pattern -> value pattern. Every file under sys/ must match exactly one rule.
 PCI = r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
 IF = r"[a-z][\w.-]{0,14}"
+# A PCI function at its bus entry (NVSwitches) or at its place under its bridges (CONTRACT 6.2).
+FUNCTION = rf"(?:bus/pci/devices/{PCI}|devices/pci[0-9a-f]{{4}}:[0-9a-f]{{2}}(?:/{PCI})+)"
 SYS_RULES: list[tuple[str, str]] = [
     (r"class/infiniband/\w+/hca_type", r"MT\d{4,5}"),
     (r"class/infiniband/\w+/fw_ver", r"\d+\.\d+\.\d+"),
@@ -237,12 +240,14 @@ SYS_RULES: list[tuple[str, str]] = [
     (r"class/infiniband/\w+/ports/1/pkeys/\d+", r"0x(?!0000)[0-9a-f]{4}"),
     (r"class/infiniband/\w+/ports/1/gid_attrs/ndevs/\d+", IF),
     (r"class/infiniband/\w+/ports/1/gid_attrs/types/\d+", r"IB/RoCE v1|RoCE v2"),
-    (rf"bus/pci/devices/{PCI}/numa_node", r"-1|\d+"),
-    (rf"bus/pci/devices/{PCI}/(current|max)_link_speed", r"(2\.5|5\.0|8\.0|16\.0|32\.0|64\.0) GT/s PCIe"),
-    (rf"bus/pci/devices/{PCI}/(current|max)_link_width", r"1|2|4|8|16|32"),
-    (rf"bus/pci/devices/{PCI}/(vendor|device)", r"0x[0-9a-f]{4}"),
-    (rf"bus/pci/devices/{PCI}/class", r"0x[0-9a-f]{6}"),
-    (rf"bus/pci/devices/{PCI}/net/{IF}/ifindex", r"\d+"),
+    (rf"{FUNCTION}/numa_node", r"-1|\d+"),
+    (rf"{FUNCTION}/(current|max)_link_speed", r"(2\.5|5\.0|8\.0|16\.0|32\.0|64\.0) GT/s PCIe"),
+    (rf"{FUNCTION}/(current|max)_link_width", r"1|2|4|8|16|32"),
+    (rf"{FUNCTION}/(vendor|device)", r"0x[0-9a-f]{4}"),
+    (rf"{FUNCTION}/class", r"0x[0-9a-f]{6}"),
+    (rf"{FUNCTION}/net/{IF}/ifindex", r"\d+"),
+    (r"kernel/iommu_groups/\d+/type", r"identity|DMA|DMA-FQ|blocked|unmanaged"),
+    (r"class/dmi/id/(sys_vendor|product_name)", r"[\w .,-]+"),
     (rf"class/net/{IF}/(mtu|ifindex|type)", r"\d+"),
     (rf"class/net/{IF}/speed", r"-1|\d+"),
     (rf"class/net/{IF}/operstate", r"up|down|unknown|dormant|lowerlayerdown|notpresent|testing"),
@@ -263,6 +268,10 @@ def test_sys_files_have_sysfs_value_formats(name: str) -> None:
             if path.is_symlink():
                 continue
             relative = path.relative_to(root).as_posix()
+            if re.fullmatch(rf"{FUNCTION}/config", relative):
+                data = path.read_bytes()        # config space as root reads it: binary, 4096 bytes
+                assert len(data) == 4096 and data[:2] in (b"\xde\x10", b"\xb3\x15", b"\x86\x80", b"\x00\x10"), relative
+                continue
             text = path.read_text(encoding="utf-8")
             assert text.endswith("\n") and text.count("\n") == 1, relative
             value = text[:-1]
@@ -304,7 +313,8 @@ def test_symlinks_are_relative_and_stay_inside(name: str) -> None:
             resolved = (path.parent / target).resolve()
             assert resolved.is_relative_to(root / "sys"), f"{path} -> {target} leaves the snapshot"
             assert resolved.is_dir(), f"{path} -> {target} dangles"
-            assert re.fullmatch(rf"\.\./\.\./\.\./bus/pci/devices/{PCI}", target), target
+            assert re.fullmatch(rf"\.\./\.\./\.\./bus/pci/devices/{PCI}|\.\./\.\./\.\./{FUNCTION}|"
+                                rf"(?:\.\./)+kernel/iommu_groups/\d+", target), target
     if INDEX[name]["class"] != "pcie-only" or links:
         assert links > 0
 
@@ -494,8 +504,14 @@ CHANGED: dict[str, list[str]] = {
                            "sys/class/net/ibp79s0/operstate", "sys/class/net/ibp79s0/speed"],
     "dgx-h100-mtu-2048": ["commands/ibv_devinfo-v.out", "sys/class/net/ibp*/mtu"],
     "dgx-h100-no-peermem": ["nvml.json", "sys/module/nvidia_peermem/initstate"],
-    "dgx-h100-gpu-sys-nic": ["commands/nvidia-smi-topo-m.out", "sys/bus/pci/devices/0000:c0:00.0/numa_node"],
-    "dgx-h100-pcie-gen4-x8": ["nvml.json", "sys/bus/pci/devices/0000:52:00.0/current_link_*"],
+    # The NIC moves to the other socket: under another root port, so its bridges and IOMMU groups change too.
+    "dgx-h100-gpu-sys-nic": ["commands/nvidia-smi-topo-m.out", "commands/lspci-vvv.out", "sys/devices/*",
+                             "sys/bus/pci/devices/*", "sys/kernel/iommu_groups/*"],
+    "dgx-h100-pcie-gen4-x8": ["nvml.json", "sys/devices/*/0000:52:00.0/current_link_*"],
+    "dgx-h100-acs-redirect": ["sys/devices/*/0000:4e:01.0/config", "commands/lspci-vvv.out"],
+    "dgx-h100-acs-off-path": ["sys/devices/*/0000:28:00.0/config", "commands/lspci-vvv.out"],
+    "dgx-h100-iommu-translated": ["sys/kernel/iommu_groups/*/type", "proc/cmdline", "commands/dmesg.out"],
+    "dgx-h100-switch-uplink-x8": ["sys/devices/*/0000:5c:00.0/current_link_width"],
     "dgx-h100-topo-timeout": ["commands/nvidia-smi-topo-m.*"],
     "dgx-h100-no-ibstat": ["commands/ibstat.*", "commands/iblinkinfo.*", "commands/perfquery-x-*"],
     "dgx-h100-counters-saturated": ["commands/perfquery-x-mlx5_10-1.out",
@@ -656,5 +672,6 @@ def test_generator_reproduces_committed_tree(tmp_path: Path) -> None:
 
 
 def test_committed_fixtures_stay_small() -> None:
-    total = sum(path.stat().st_size for path in NODES.rglob("*") if path.is_file() and not path.is_symlink())
-    assert total < 3 * 1024 * 1024
+    # What git stores: identical files (config spaces, counters, the same bridge in 30 nodes) once.
+    contents = {path.read_bytes() for path in NODES.rglob("*") if path.is_file() and not path.is_symlink()}
+    assert sum(len(content) for content in contents) < 3 * 1024 * 1024

@@ -93,6 +93,7 @@ def observe(source: Any) -> dict[str, Any]:
             "driver": sys.link_name(f"{base}/device/driver"),
         }
     seen["gpu_pcie"] = sys.read("bus/pci/devices/0000:18:00.1/current_link_speed")
+    seen["pci_path"] = sys.pci_path("0000:18:00.1")
     seen["peermem"] = sys.exists("module/nvidia_peermem")
     seen["peermem_dir"] = sys.is_dir("module/nvidia_peermem")
     seen["nv_peer_mem"] = sys.exists("module/nv_peer_mem")
@@ -119,6 +120,7 @@ def test_live_observation_has_the_tree_values(captured: tuple[dict[str, Any], Li
     assert seen["mlx5_0"]["ports"]["2"] == {"state": "1: DOWN", "rate": "10 Gb/sec (4X SDR)", "link_layer": "InfiniBand"}
     assert seen["mlx5_0"]["counters"] == {"link_downed": "3", "symbol_error": "0"}
     assert seen["mlx5_0"]["driver"] == "mlx5_core"
+    assert seen["pci_path"] == ("0000:17:01.0", "0000:18:00.1")
     assert seen["peermem"] is True and seen["nv_peer_mem"] is False
     assert [(n.name, n.mtu, n.operstate, n.speed_mbps, n.pci_address) for n in seen["netdevs"]] == [
         ("ens1f1np1", 9000, "up", 400000, "0000:18:00.1"), ("veth0", 1500, "down", None, None)]
@@ -155,11 +157,14 @@ def test_snapshot_layout(captured: tuple[dict[str, Any], LiveSource], tmp_path: 
                             boot_id=None, version="0.1.0")
     sys = target / "sys"
     assert (sys / "class/infiniband/mlx5_0").is_dir() and not (sys / "class/infiniband/mlx5_0").is_symlink()
-    assert os.readlink(sys / "class/infiniband/mlx5_0/device") == "../../../bus/pci/devices/0000:18:00.0"
+    # A PCI function keeps its place under its bridges (the path P2P traffic takes); the
+    # bus entry and the class link lead there, as they do live.
+    assert os.readlink(sys / "class/infiniband/mlx5_0/device") == f"../../../{BRIDGE}/0000:18:00.0"
+    assert os.readlink(sys / "bus/pci/devices/0000:18:00.0") == f"../../../{BRIDGE}/0000:18:00.0"
     assert (sys / "bus/pci/devices/0000:18:00.0/numa_node").read_text() == "1\n"
-    assert not (sys / "bus/pci/devices/0000:18:00.0").is_symlink()
+    assert (sys / f"{BRIDGE}/0000:18:00.0/numa_node").read_text() == "1\n"
     assert (sys / "class/infiniband/mlx5_0/ports/1/rate").read_text() == "400 Gb/sec (4X NDR)\n"
-    assert os.readlink(sys / "bus/pci/devices/0000:18:00.0/driver") == "../../drivers/mlx5_core"
+    assert os.readlink(sys / "bus/pci/devices/0000:18:00.0/driver") == "../../../../bus/pci/drivers/mlx5_core"
     assert (sys / "module/nvidia_peermem").is_dir()
     assert (sys / "class/net/ens1f1np1/mtu").read_text() == "9000\n"
     assert (target / "commands/ibstat.status").read_text() == "255\n"

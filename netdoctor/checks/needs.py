@@ -171,6 +171,18 @@ def need_kernel_log(inventory: Inventory, probe: ProbeInput) -> Verdict:
     return _unknown_from(inventory, ("dmesg",), "the kernel log was not read")
 
 
+def need_pcie_tree(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    if inventory.pci_tree:
+        return None
+    if not inventory.gpus and not inventory.hcas and not inventory.pci_gpus:
+        gpus = need_gpus(inventory, probe)
+        rdma = need_rdma(inventory, probe)
+        unknown = next((v for v in (gpus, rdma) if v is not None and v[0] is Status.UNKNOWN), None)
+        return unknown or (Status.SKIP, "no GPUs or RDMA NICs on this node")
+    return _unknown_from(inventory, ("sysfs",), "the PCIe tree above the GPUs and NICs is not known (a snapshot "
+                                                 "taken before netdoctor 0.2 keeps PCI functions without their bridges)")
+
+
 need_ib = _link_layer_need(LinkLayer.INFINIBAND, "InfiniBand")
 need_roce = _link_layer_need(LinkLayer.ETHERNET, "RoCE")
 
@@ -187,6 +199,7 @@ NEED_JUDGES: dict[str, Callable[[Inventory, ProbeInput], Verdict]] = {
     "nvlink": need_nvlink,
     "fabric": need_fabric,
     "kernel-log": need_kernel_log,
+    "pcie-tree": need_pcie_tree,
 }
 
 

@@ -106,6 +106,10 @@ SOURCES: tuple[Source, ...] = (
     *(Source(f"systemctl-show-{unit}", ("systemctl", "show", unit, "-p", _UNIT_PROPERTIES),
              "netdoctor.parsers.systemctl:parse_systemctl_show", _needs("fabric"), timeout_s=4.0)
       for unit in ("nvidia-fabricmanager", "nvidia-imex")),
+    # ACS/ATS of the bridges on GPU/NIC paths where the sysfs config space was not read
+    # whole (not root when captured); also what a support bundle is expected to hold.
+    Source("lspci-vvv", ("lspci", "-vvv", "-D"), "netdoctor.parsers.lspci:parse_lspci_vvv", _needs("pcie-tree"),
+           timeout_s=8.0, max_output_bytes=16 * 1024 * 1024, root=True),
 )
 
 SOURCES_BY_NAME: dict[str, Source] = {source.name: source for source in SOURCES}

@@ -12,9 +12,11 @@ the snapshot later gives back exactly what was read live:
 
 * `class/<class>/<name>` entries (symlinks into `devices/...` on a live system) become
   real directories;
-* a link whose target is a PCI function (`class/infiniband/mlx5_0/device ->
-  ../../../0000:18:00.0`) becomes the relative link `../../../bus/pci/devices/0000:18:00.0`
-  and what is read through it is stored under `bus/pci/devices/0000:18:00.0/`;
+* a PCI function keeps the place the kernel gave it in `devices/` (`devices/pci0000:15/
+  0000:15:01.0/0000:16:00.0/0000:18:00.0`: the bridges above it are the path P2P traffic
+  takes), and `bus/pci/devices/0000:18:00.0` becomes a relative link to it, as it is live;
+  a function read where the kernel's link leaves no tree (an older snapshot keeps
+  `bus/pci/devices/ADDR` as a directory) is stored there;
 * any other link is stored as a relative link to the target's own path under `sys/`.
 """
 
@@ -96,6 +98,11 @@ class _Resolution:
     stored: list[str] | None            # components under the snapshot's sys/; None = cannot be recorded
     dirs: list[str] = field(default_factory=list)                 # directories to record
     links: list[tuple[str, str]] = field(default_factory=list)    # (link path, relative target) to record
+
+
+def _is_pci_tree_path(parts: list[str]) -> bool:
+    """`devices/pci0000:15/.../0000:18:00.0`: a PCI function where the kernel placed it."""
+    return len(parts) >= 3 and parts[0] == "devices" and parts[1].startswith("pci") and bool(PCI_ADDRESS_RE.match(parts[-1]))
 
 
 def _user_parts(path: str) -> list[str]:
@@ -195,7 +202,7 @@ class RootedSysTree:
         if len(link_path) == 3 and link_path[0] == "class":
             return link_path
         if target and PCI_ADDRESS_RE.match(target[-1]):
-            return ["bus", "pci", "devices", target[-1]]
+            return target if _is_pci_tree_path(target) else ["bus", "pci", "devices", target[-1]]
         return target
 
     def _cross_link(self, resolution: _Resolution, name: str, target_text: str, hops: int) -> bool:
@@ -212,6 +219,11 @@ class RootedSysTree:
             else:
                 relative = os.path.relpath("/".join(mapped), "/".join(resolution.stored) or ".")
                 resolution.links.append(("/".join(link_path), relative))
+            if _is_pci_tree_path(mapped) and link_path[:3] != ["bus", "pci", "devices"]:
+                # Reached through another link (`class/infiniband/mlx5_0/device`): the bus
+                # entry must lead to the same place, as it does live.
+                bus_entry = f"bus/pci/devices/{mapped[-1]}"
+                resolution.links.append((bus_entry, os.path.relpath("/".join(mapped), "bus/pci/devices")))
             resolution.stored = mapped
         resolution.physical = target
         return True
@@ -378,6 +390,23 @@ class RootedSysTree:
             else:
                 self.read_bytes(path)
         return True
+
+    def pci_path(self, address: str) -> tuple[str, ...] | None:
+        """The PCI functions from the root port down to `address`, where the kernel placed it
+        (`bus/pci/devices/ADDR -> ../../../devices/pci0000:15/0000:15:01.0/.../ADDR`).
+
+        None when the tree is not known: no such function, or a snapshot that kept the
+        function as a plain `bus/pci/devices/ADDR` directory.
+        """
+        resolution = self._resolve(f"bus/pci/devices/{address}")
+        if resolution is None or not _is_pci_tree_path(resolution.physical):
+            return None
+        if not os.path.isdir(self._full(resolution.physical)):
+            return None
+        self._record_resolution(resolution)
+        if self.recording is not None and resolution.stored is not None:
+            self.recording.add_dir("/".join(resolution.stored))
+        return tuple(part for part in resolution.physical if PCI_ADDRESS_RE.match(part))
 
     def link_name(self, path: str) -> str | None:
         """Basename of a symlink's target (`class/infiniband/mlx5_0/device` -> `0000:18:00.0`)."""

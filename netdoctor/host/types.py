@@ -82,8 +82,16 @@ class SysTree(Protocol):
 
     def exists(self, path: str) -> bool: ...
 
+    def read_bytes(self, path: str) -> bytes | None:
+        """Raw content (PCI config space); None if absent or unreadable."""
+        ...
+
     def link_name(self, path: str) -> str | None:
         """Last component of a symlink's target (e.g. the PCI address a `device` link points to)."""
+        ...
+
+    def pci_path(self, address: str) -> tuple[str, ...] | None:
+        """PCI functions from the root port down to `address`; None where the tree is not known."""
         ...
 
 

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from netdoctor.host.sources import Scope
 from netdoctor.host.types import CommandResult, NodeSource
 from netdoctor.inventory.from_nvml import read_nvml
+from netdoctor.inventory.from_pci import read_pci_tree, read_virtualization
 from netdoctor.inventory.from_sysfs import (
     gpus_from_pci_bus,
     read_netdevs,
@@ -60,6 +61,9 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
         port_tools = pool.submit(source.run, [job.spec for job in port_jobs], deadline)
         if plan.wants("nvml"):
             read_nvml(draft, wait_until=deadline)
+        if plan.serves("pcie-tree"):
+            read_pci_tree(draft)
+            read_virtualization(draft)
         sysfs_named_hcas = bool(draft.inventory.hcas)
         node_results = node_tools.result()
         port_results = port_tools.result()

@@ -1,5 +1,5 @@
-"""The GPU fabric part of the model: NVLink, NVSwitch fabric state, PCIe links, kernel
-events and the fabric's services (CONTRACT section 6).
+"""The GPU fabric part of the model: NVLink, NVSwitch fabric state, PCIe links and the
+PCIe tree above GPUs and NICs, kernel events and the fabric's services (CONTRACT section 6).
 
 As everywhere in the model, `None` means "no source told us", never "no" or zero. These
 types are re-exported by `netdoctor.inventory.model`; checks import them from there.
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from netdoctor.parsers.pci_config import AcsControl
 from netdoctor.vocabulary import KernelEventKind
 
 
@@ -56,6 +57,34 @@ class PcieLink:
     current_speed_gts: float | None = None
     max_speed_gts: float | None = None
     source: str = "sysfs"             # sysfs | nvml
+
+
+@dataclass(frozen=True)
+class PciPathFunction:
+    """A PCI function on a GPU's or NIC's way to its root port: the device or a bridge above it.
+
+    Peer-to-peer traffic between two devices climbs their paths to the first bridge they
+    share; ACS redirection on a port below that point sends it up to the root complex.
+    """
+
+    address: str                          # canonical `0000:17:00.0`
+    parent: str | None = None             # the bridge above; None on a root bus
+    vendor: str | None = None             # `0x1000`
+    device: str | None = None
+    pci_class: str | None = None          # `0x060400`
+    port_type: str | None = None          # root_port | upstream_port | downstream_port | endpoint | ...
+    link: PcieLink | None = None
+    acs: AcsControl | None = None         # ACS control; None: no ACS capability, or not read
+    has_acs: bool | None = None           # False: the whole config space was read and has none
+    ats_enabled: bool | None = None       # None: no ATS capability, or not read
+    iommu_group: str | None = None
+    iommu_type: str | None = None         # DMA | DMA-FQ | identity | ... (kernel/iommu_groups/N/type)
+    capabilities_from: str | None = None  # config (sysfs, root) | lspci; None: not read
+
+    @property
+    def is_bridge(self) -> bool:
+        return self.port_type in ("root_port", "upstream_port", "downstream_port") or \
+            (self.pci_class or "").lower().startswith("0x0604")
 
 
 # ---- The kernel log --------------------------------------------------------------------

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from netdoctor.host.sources import Source
+from netdoctor.inventory.from_pci import join_lspci
 from netdoctor.inventory.hardware import ca_type_from_part_id
 from netdoctor.inventory.merge import Draft
 from netdoctor.inventory.model import (
@@ -214,6 +215,7 @@ JOINERS: dict[str, Joiner] = {
     "dmesg": join_kernel_log,
     "systemctl-show-nvidia-fabricmanager": _join_service("nvidia-fabricmanager"),
     "systemctl-show-nvidia-imex": _join_service("nvidia-imex"),
+    "lspci-vvv": join_lspci,
 }
 
 

@@ -66,3 +66,18 @@ def is_nvswitch_function(vendor: str | None, pci_class: str | None) -> bool:
     """An NVSwitch: NVIDIA's PCI class 0x0680 "Bridge: Other" function (device 22a3 on HGX/DGX
     H100, four of them at 05:00.0-08:00.0 on a DGX H100, `lspci | grep NVIDIA`)."""
     return (vendor or "").strip().lower() == NVIDIA_VENDOR and (pci_class or "").strip().lower().startswith("0x0680")
+
+
+# DMI system vendor/product strings of hypervisors (`/sys/class/dmi/id/sys_vendor`,
+# `product_name`), lower case: in a guest the ACS a GPUDirect path depends on is the host's.
+HYPERVISOR_DMI = ("qemu", "kvm", "vmware", "virtualbox", "innotek", "xen", "bochs", "parallels",
+                  "amazon ec2", "google compute engine", "openstack", "virtual machine", "cloud hypervisor",
+                  "firecracker")
+
+
+def hypervisor_in_dmi(*texts: str | None) -> str | None:
+    """The DMI text that names a hypervisor, or None."""
+    for text in texts:
+        if text and any(word in text.lower() for word in HYPERVISOR_DMI):
+            return text.strip()
+    return None

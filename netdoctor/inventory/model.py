@@ -14,11 +14,13 @@ from typing import Any
 # The fabric part of the model and the shared vocabulary, also importable from here.
 from netdoctor.inventory.fabric_model import (  # noqa: F401  (re-exported)
     NVLINK_ERROR_COUNTERS,
+    AcsControl,
     GpuFabric,
     KernelEvent,
     KernelEventKind,
     KernelLog,
     NvLink,
+    PciPathFunction,
     PcieLink,
     ServiceState,
 )
@@ -227,6 +229,10 @@ class Inventory:
     kernel_release: str | None = None          # proc/sys/kernel/osrelease
     kernel_cmdline: str | None = None          # proc/cmdline (iommu=, pci= settings)
     uptime_s: float | None = None              # proc/uptime when captured
+    # GPU/NIC functions and every bridge above them up to the root port; None: not read
+    # (or a snapshot that kept no tree).
+    pci_tree: dict[str, PciPathFunction] | None = None
+    virtualization: str | None = None          # "none" on bare metal, else what says it is a VM; None: unknown
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)
 

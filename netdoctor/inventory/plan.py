@@ -26,11 +26,12 @@ IMPLIED_NEEDS: dict[str, frozenset[str]] = {
     "qos": frozenset({"roce"}),
     "rdma": frozenset({"gpus", "topology"}),
     "topology": frozenset({"gpus"}),
-    "pcie": frozenset({"gpus", "rdma"}),
+    "pcie": frozenset({"gpus", "rdma", "pcie-tree"}),   # with the uplinks of the switches above them
     "probe": frozenset({"gpus", "topology", "rdma"}),
     "nvlink": frozenset({"gpus"}),
     "fabric": frozenset({"gpus"}),
     "kernel-log": frozenset({"gpus", "rdma"}),   # to name the GPU or port an event is about
+    "pcie-tree": frozenset({"gpus", "rdma"}),    # the tree is read above GPUs and NICs
 }
 FABRIC_SCAN_NOT_ASKED = "fabric scan not asked for (--fabric-scan)"
 NOT_NEEDED = "not needed by the selected checks"
@@ -78,6 +79,10 @@ class Plan:
         if self.is_snapshot and not row.in_snapshot:
             return LIVE_ONLY
         return None
+
+    def serves(self, need: str) -> bool:
+        """Is `need` (or everything) collected by this plan?"""
+        return self.needs is None or need in self.needs
 
     def wants(self, name: str) -> bool:
         return self.why_not(SOURCES_BY_NAME[name]) is None

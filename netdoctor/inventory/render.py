@@ -111,6 +111,44 @@ def _fabric_lines(inventory: Inventory) -> list[str]:
     return lines
 
 
+_ACS_SHORT = {"SrcValid": "SV", "TransBlk": "TB", "ReqRedir": "RR", "CmpltRedir": "CR", "UpstreamFwd": "UF",
+              "EgressCtrl": "EC", "DirectTrans": "DT"}
+
+
+def _pcie_tree_lines(inventory: Inventory) -> list[str]:
+    """Each GPU's and NIC's path from its root port, ACS/ATS marked; the IOMMU mode; VM or not."""
+    tree = inventory.pci_tree
+    if not tree:
+        return []
+    labels = {gpu.pci_address: gpu.label for gpu in inventory.gpus if gpu.pci_address}
+    labels |= {hca.pci_address: hca.name for hca in inventory.hcas if hca.pci_address and hca.pci_address not in labels}
+    rows = []
+    for address, label in labels.items():
+        if address not in tree:
+            continue
+        hops = [address]
+        while (parent := tree[hops[-1]].parent) is not None and parent in tree and len(hops) < 64:
+            hops.append(parent)
+        marked = []
+        for hop in reversed(hops):
+            function = tree[hop]
+            marks = []
+            if function.acs is not None and function.acs.bits:
+                marks.append("ACS " + ",".join(short for name, short in _ACS_SHORT.items() if function.acs.on(name)))
+            if function.ats_enabled is not None:
+                marks.append(f"ATS{'+' if function.ats_enabled else '-'}")
+            marked.append(hop + (f" [{'; '.join(marks)}]" if marks else ""))
+        endpoint = tree[address]
+        rows.append([label, " > ".join(marked), _or_dash(endpoint.iommu_group), _or_dash(endpoint.iommu_type)])
+    iommu = sorted({function.iommu_type for function in tree.values() if function.iommu_type})
+    groups = any(function.iommu_group for function in tree.values())
+    mode = ", ".join(iommu) if iommu else ("off (no IOMMU groups)" if not groups else "-")
+    virtual = {None: "unknown", "none": "bare metal"}.get(inventory.virtualization, inventory.virtualization)
+    lines = ["", f"PCIe paths from the root port ([ACS flags on], ATS+/-; IOMMU {mode}; {virtual})"]
+    lines += _table(["device", "path", "IOMMU group", "type"], rows)
+    return lines
+
+
 def render_inventory_text(inventory: Inventory) -> str:
     lines: list[str] = []
     driver = f"   driver {inventory.driver_version}" if inventory.driver_version else ""
@@ -180,6 +218,8 @@ def render_inventory_text(inventory: Inventory) -> str:
             lines.append("  " + "  ".join(f"{label}={name}" for label, name in topology.nic_names.items()))
     elif inventory.gpus:
         lines += ["", f"GPU <-> NIC matrix: {inventory.source('nvidia-smi-topo-m').reason()}"]
+
+    lines += _pcie_tree_lines(inventory)
 
     peer = inventory.peer_memory
     if peer.nvidia_peermem is None:
