@@ -32,6 +32,13 @@ elif tool == "ibv_devinfo":
 elif tool == "systemctl":
     # systemctl show UNIT -p ...
     name = "systemctl-show-" + (args[1] if len(args) > 1 else "")
+elif tool == "mlxlink":
+    # mlxlink -d DEV -m
+    name = "mlxlink-m-" + (args[args.index("-d") + 1] if "-d" in args else "")
+elif tool == "ethtool":
+    name = "ethtool-m-" + (args[args.index("-m") + 1] if "-m" in args else "")
+elif tool == "lspci":
+    name = "lspci-vvv"
 else:
     name = tool
 base = os.path.join({commands!r}, name)
@@ -64,6 +71,9 @@ TOOLS = {
     "mlnx_qos": ("mlnx_qos-",),
     "systemctl": ("systemctl-show-",),
     "dmesg": ("dmesg",),
+    "mlxlink": ("mlxlink-m-",),
+    "ethtool": ("ethtool-m-",),
+    "lspci": ("lspci-vvv",),
 }
 
 

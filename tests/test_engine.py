@@ -25,6 +25,7 @@ from netdoctor.inventory.model import (
     Inventory,
     KernelLog,
     LinkLayer,
+    ModuleDiagnostics,
     Netdev,
     PciPathFunction,
     PcieLink,
@@ -103,6 +104,7 @@ def _full_inventory() -> Inventory:
         netdevs=[Netdev("ens1f0np0", mtu=9000, rdma_port="mlx5_1:1", qos=QosConfig(trust="dscp", pfc_enabled=(3,)))],
         pcie={"0000:18:00.0": link},
         pci_tree={"0000:18:00.0": PciPathFunction("0000:18:00.0")},
+        transceivers={"mlx5_0:1": ModuleDiagnostics("mlxlink", "OSFP")},
         topology=Topology(gpus=("GPU0",), nics=("NIC0",), links={("GPU0", "NIC0"): "PIX"}),
         sources={name: SourceStatus(name, SourceState.OK) for name in ("sysfs", "nvml", "ibstat", "nvidia-smi-topo-m")},
     )

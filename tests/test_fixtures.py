@@ -31,7 +31,8 @@ INDEX = tomllib.loads((NODES / "INDEX.toml").read_text(encoding="utf-8"))["fixtu
 NAMES = sorted(INDEX)
 # The checks, plus `discovery`: a source that hung is reported (what the checks judged without).
 CHECK_IDS = {"port-state", "link-speed", "pcie-link", "error-counters", "mtu", "pfc-ecn", "gpudirect",
-             "gpu-nic-affinity", "nccl-probe", "discovery", "nvlink", "nvswitch-fabric", "kernel-events", "pcie-p2p-path"}
+             "gpu-nic-affinity", "nccl-probe", "discovery", "nvlink", "nvswitch-fabric", "kernel-events", "pcie-p2p-path",
+             "transceiver"}
 LANE_GBPS = {"SDR": 2.5, "DDR": 5, "QDR": 10, "FDR10": 10, "FDR": 14, "EDR": 25, "HDR": 50, "NDR": 100, "XDR": 200}
 PCIE_GEN = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
 IB_MTUS = (256, 512, 1024, 2048, 4096)
@@ -149,7 +150,7 @@ PERFQUERY_NAMES = {
 def test_index_lists_exactly_the_fixture_directories() -> None:
     directories = sorted(path.name for path in NODES.iterdir() if path.is_dir())
     assert directories == NAMES
-    assert len(NAMES) == 34
+    assert len(NAMES) == 35
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -198,7 +199,7 @@ def test_counter_pairs_share_boot_and_are_600_seconds_apart() -> None:
 
 COMMAND_NAME = re.compile(r"nvidia-smi-topo-m|ibstat|ibv_devinfo-v|iblinkinfo|ibdev2netdev|"
                           r"perfquery-x-[\w]+-\d+|mlnx_qos-[\w.-]+|systemctl-show-nvidia-(?:fabricmanager|imex)|dmesg|nvidia-smi-nvlink-s|"
-                          r"lspci-vvv")
+                          r"lspci-vvv|mlxlink-m-\w+|ethtool-m-[\w.-]+")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -496,9 +497,9 @@ def test_topology_and_nvml_agree_with_sysfs(name: str) -> None:
 
 # -- each fault fixture differs from its healthy base only where its fault says -------------------------
 CHANGED: dict[str, list[str]] = {
-    "dgx-h100-port-hdr": ["commands/iblinkinfo.out", "commands/ibstat.out", "commands/ibv_devinfo-v.out",
+    "dgx-h100-port-hdr": ["commands/mlxlink-m-mlx5_5.out", "commands/iblinkinfo.out", "commands/ibstat.out", "commands/ibv_devinfo-v.out",
                           "sys/class/infiniband/mlx5_5/ports/1/rate", "sys/class/net/ibp94s0/speed"],
-    "dgx-h100-port-down": ["commands/ibdev2netdev.out", "commands/iblinkinfo.out", "commands/ibstat.out",
+    "dgx-h100-port-down": ["commands/mlxlink-m-mlx5_4.out", "commands/ibdev2netdev.out", "commands/iblinkinfo.out", "commands/ibstat.out",
                            "commands/ibv_devinfo-v.out", "commands/perfquery-x-mlx5_4-1.*",
                            "sys/class/infiniband/mlx5_4/ports/1/*state", "sys/class/infiniband/mlx5_4/ports/1/rate",
                            "sys/class/net/ibp79s0/operstate", "sys/class/net/ibp79s0/speed"],
@@ -512,6 +513,7 @@ CHANGED: dict[str, list[str]] = {
     "dgx-h100-acs-off-path": ["sys/devices/*/0000:28:00.0/config", "commands/lspci-vvv.out"],
     "dgx-h100-iommu-translated": ["sys/kernel/iommu_groups/*/type", "proc/cmdline", "commands/dmesg.out"],
     "dgx-h100-switch-uplink-x8": ["sys/devices/*/0000:5c:00.0/current_link_width"],
+    "dgx-h100-module-hot": ["commands/mlxlink-m-mlx5_6.out"],
     "dgx-h100-topo-timeout": ["commands/nvidia-smi-topo-m.*"],
     "dgx-h100-no-ibstat": ["commands/ibstat.*", "commands/iblinkinfo.*", "commands/perfquery-x-*"],
     "dgx-h100-counters-saturated": ["commands/perfquery-x-mlx5_10-1.out",

@@ -18,7 +18,8 @@ from netdoctor.parsers.perfquery import parse_perfquery
 CONTRACT_NAMES = {"nvidia-smi-topo-m", "ibstat", "ibv_devinfo-v", "iblinkinfo", "perfquery-x-{dev}-{port}",
                   "mlnx_qos-{netdev}", "ibdev2netdev",
                   # CONTRACT 6.2
-                  "nvidia-smi-nvlink-s", "dmesg", "systemctl-show-nvidia-fabricmanager", "systemctl-show-nvidia-imex"}
+                  "nvidia-smi-nvlink-s", "dmesg", "systemctl-show-nvidia-fabricmanager", "systemctl-show-nvidia-imex",
+                  "lspci-vvv", "mlxlink-m-{dev}", "ethtool-m-{netdev}"}
 # What host may import: itself and the small shared modules every layer uses.
 HOST_MAY_IMPORT = ("netdoctor.host", "netdoctor.util", "netdoctor.errors", "netdoctor.vocabulary", "netdoctor.logging")
 
@@ -46,7 +47,8 @@ def test_readers_have_no_command() -> None:
 
 
 def test_template_fields_match_the_scope() -> None:
-    fields = {Scope.NODE: set(), Scope.IB_PORT: {"dev", "port"}, Scope.ROCE_NETDEV: {"netdev"}}
+    fields = {Scope.NODE: set(), Scope.IB_PORT: {"dev", "port"}, Scope.ROCE_NETDEV: {"netdev"},
+              Scope.RDMA_DEVICE: {"dev"}}
     for row in SOURCES:
         used = set(re.findall(r"\{(\w+)\}", row.name + " ".join(row.argv)))
         assert used == fields[row.scope], row.name

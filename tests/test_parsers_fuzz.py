@@ -34,6 +34,8 @@ from netdoctor.parsers.nccl import parse_nccl_log
 from netdoctor.parsers.nccl_tests import parse_nccl_tests
 from netdoctor.parsers.nvidia_smi_nvlink import parse_nvidia_smi_nvlink_status
 from netdoctor.parsers.systemctl import parse_systemctl_show
+from netdoctor.parsers.lspci import parse_lspci_vvv
+from netdoctor.parsers.transceiver import parse_ethtool_module, parse_mlxlink_module
 from netdoctor.parsers.sysfs_values import (
     parse_counter,
     parse_hex_or_int,
@@ -74,6 +76,10 @@ PARSERS: dict[str, tuple[Callable[[str], Any], list[str]]] = {
     "kernel-log": (parse_kernel_log, _samples("dmesg")),
     "systemctl": (parse_systemctl_show, _samples("systemctl")),
     "nvlink-status": (parse_nvidia_smi_nvlink_status, _samples("nvidia-smi-nvlink")),
+    # The 8x H100 dump is 0.9 MB: its first 40 kB (root ports, a switch, GPUs) keep mutation fast.
+    "lspci": (parse_lspci_vvv, [sample[:40_000] for sample in _samples("lspci")]),
+    "mlxlink": (parse_mlxlink_module, _samples("mlxlink")),
+    "ethtool-m": (parse_ethtool_module, _samples("ethtool-m")),
 }
 
 VALUE_PARSERS: list[Callable[[str], Any]] = [

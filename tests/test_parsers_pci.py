@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from corpus_util import corpus_dir, corpus_files
 from netdoctor.errors import ParseError
@@ -137,3 +139,13 @@ def test_config_space_refuses_what_is_not_a_function() -> None:
 def test_acs_flag_names_round_trip() -> None:
     for index, name in enumerate(ACS_FLAG_NAMES):
         assert AcsControl.from_flags({name: True}).bits == 1 << index
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=0, max_size=4096))
+def test_config_space_parser_takes_any_bytes(data: bytes) -> None:
+    try:
+        capabilities = parse_pci_config(data)
+    except ParseError:
+        return
+    assert capabilities.extended_read == (len(data) >= 0x104)

@@ -33,6 +33,7 @@ NEEDS = {
     "nvlink": "each GPU's NVLinks: state, speed, version, error counters (NVML, nvidia-smi nvlink -s)",
     "fabric": "the NVSwitch fabric: GPU fabric state (NVML), fabric manager and IMEX services",
     "kernel-log": "kernel log events of this boot (dmesg / journalctl -k)",
+    "transceiver": "each RDMA port's module diagnostics: temperature, bias, optical power and limits (mlxlink -m, ethtool -m)",
     "pcie-tree": "the PCIe bridges above GPUs and NICs: port types, ACS, ATS, IOMMU groups (sysfs, lspci -vvv)",
 }
 

@@ -183,6 +183,12 @@ def need_pcie_tree(inventory: Inventory, probe: ProbeInput) -> Verdict:
                                                  "taken before netdoctor 0.2 keeps PCI functions without their bridges)")
 
 
+def need_transceiver(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    """The RDMA ports; which of them need a module reading only the pack's port classes say,
+    so the check itself says which readings are missing, and why."""
+    return need_rdma(inventory, probe)
+
+
 need_ib = _link_layer_need(LinkLayer.INFINIBAND, "InfiniBand")
 need_roce = _link_layer_need(LinkLayer.ETHERNET, "RoCE")
 
@@ -200,6 +206,7 @@ NEED_JUDGES: dict[str, Callable[[Inventory, ProbeInput], Verdict]] = {
     "fabric": need_fabric,
     "kernel-log": need_kernel_log,
     "pcie-tree": need_pcie_tree,
+    "transceiver": need_transceiver,
 }
 
 

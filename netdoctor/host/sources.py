@@ -32,6 +32,7 @@ class Scope(enum.StrEnum):
     NODE = "node"                # run once per node
     IB_PORT = "ib-port"          # once per InfiniBand port: fields {dev}, {port}
     ROCE_NETDEV = "roce-netdev"  # once per RoCE netdev (the slaves of a RoCE bond): field {netdev}
+    RDMA_DEVICE = "rdma-device"  # once per RDMA device with a PCI function of its own (no VF): field {dev}
 
 
 @dataclass(frozen=True)
@@ -106,6 +107,13 @@ SOURCES: tuple[Source, ...] = (
     *(Source(f"systemctl-show-{unit}", ("systemctl", "show", unit, "-p", _UNIT_PROPERTIES),
              "netdoctor.parsers.systemctl:parse_systemctl_show", _needs("fabric"), timeout_s=4.0)
       for unit in ("nvidia-fabricmanager", "nvidia-imex")),
+    # Port modules: temperature, per-lane bias and optical power with the module's own limits
+    # (transceiver, need `transceiver`). mlxlink (MFT, root) reads every port; ethtool -m
+    # (root) is the second source on RoCE netdevs.
+    Source("mlxlink-m-{dev}", ("mlxlink", "-d", "{dev}", "-m"), "netdoctor.parsers.transceiver:parse_mlxlink_module",
+           _needs("transceiver"), Scope.RDMA_DEVICE, timeout_s=8.0, root=True),
+    Source("ethtool-m-{netdev}", ("ethtool", "-m", "{netdev}"), "netdoctor.parsers.transceiver:parse_ethtool_module",
+           _needs("transceiver"), Scope.ROCE_NETDEV, timeout_s=4.0, root=True),
     # ACS/ATS of the bridges on GPU/NIC paths where the sysfs config space was not read
     # whole (not root when captured); also what a support bundle is expected to hold.
     Source("lspci-vvv", ("lspci", "-vvv", "-D"), "netdoctor.parsers.lspci:parse_lspci_vvv", _needs("pcie-tree"),

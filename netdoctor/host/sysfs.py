@@ -279,13 +279,13 @@ class RootedSysTree:
         Real sysfs attributes end in a newline; hand-made fixtures (gpud's) often do not,
         so only one is removed and `rate` etc. compare the same either way.
         """
-        data = self.read_bytes(path)
+        data = self.read_binary(path)
         if data is None:
             return None
         text = data.decode("utf-8", errors="replace")
         return text[:-1] if text.endswith("\n") else text
 
-    def read_bytes(self, path: str) -> bytes | None:
+    def read_binary(self, path: str) -> bytes | None:
         """Raw content of a regular file, at most MAX_READ_BYTES; None if absent or unreadable."""
         resolution = self._resolve(path)
         if resolution is None:
@@ -388,7 +388,7 @@ class RootedSysTree:
                 self._record_resolution(resolution)
                 self.recording.add_dir("/".join(resolution.stored))
             else:
-                self.read_bytes(path)
+                self.read_binary(path)
         return True
 
     def pci_path(self, address: str) -> tuple[str, ...] | None:

@@ -82,7 +82,7 @@ class SysTree(Protocol):
 
     def exists(self, path: str) -> bool: ...
 
-    def read_bytes(self, path: str) -> bytes | None:
+    def read_binary(self, path: str) -> bytes | None:
         """Raw content (PCI config space); None if absent or unreadable."""
         ...
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from netdoctor.host.sources import Scope
+from netdoctor.host.sources import SOURCES, Scope
 from netdoctor.host.types import CommandResult, NodeSource
 from netdoctor.inventory.from_nvml import read_nvml
 from netdoctor.inventory.from_pci import read_pci_tree, read_virtualization
@@ -80,7 +80,9 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
 
 
 def _device_jobs(plan: Plan, inventory: Inventory) -> list[Job]:
-    return plan.commands(Scope.IB_PORT, inventory) + plan.commands(Scope.ROCE_NETDEV, inventory)
+    """Per-device commands in the table's order of trust (mlxlink before ethtool -m)."""
+    jobs = [job for scope in (Scope.IB_PORT, Scope.ROCE_NETDEV, Scope.RDMA_DEVICE) for job in plan.commands(scope, inventory)]
+    return sorted(jobs, key=lambda job: (SOURCES.index(job.row), job.spec.name))
 
 
 def _join_commands(draft: Draft, jobs: list[Job], results: dict[str, CommandResult]) -> None:

@@ -1,5 +1,6 @@
 """The GPU fabric part of the model: NVLink, NVSwitch fabric state, PCIe links and the
-PCIe tree above GPUs and NICs, kernel events and the fabric's services (CONTRACT section 6).
+PCIe tree above GPUs and NICs, port modules, kernel events and the fabric's services
+(CONTRACT section 6).
 
 As everywhere in the model, `None` means "no source told us", never "no" or zero. These
 types are re-exported by `netdoctor.inventory.model`; checks import them from there.
@@ -11,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from netdoctor.parsers.pci_config import AcsControl
+from netdoctor.parsers.transceiver import ModuleDiagnostics, ModuleReading  # noqa: F401  (re-exported)
 from netdoctor.vocabulary import KernelEventKind
 
 

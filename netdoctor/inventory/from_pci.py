@@ -50,7 +50,7 @@ def _read_function(draft: Draft, address: str, parent: str | None) -> PciPathFun
     base = f"bus/pci/devices/{address}"
     read = draft.sys.read
     capabilities = None
-    config = draft.sys.read_bytes(f"{base}/config")
+    config = draft.sys.read_binary(f"{base}/config")
     if config is not None:
         try:
             capabilities = parse_pci_config(config)

@@ -25,6 +25,7 @@ from netdoctor.inventory.model import (
     KernelLog,
     LinkLayer,
     LinkRate,
+    ModuleDiagnostics,
     NvLink,
     QosConfig,
     ServiceState,
@@ -159,6 +160,20 @@ def join_mlnx_qos(draft: Draft, qos: MlnxQos, fields: Mapping[str, str]) -> None
     netdev.sources += ("mlnx_qos",)
 
 
+def join_mlxlink_module(draft: Draft, module: ModuleDiagnostics, fields: Mapping[str, str]) -> None:
+    hca = draft.inventory.hca(fields["dev"])
+    number = min(hca.ports) if hca is not None and hca.ports else 1     # mlxlink -d DEV reads port 1
+    draft.inventory.transceivers.setdefault(f"{fields['dev']}:{number}", module)
+
+
+def join_ethtool_module(draft: Draft, module: ModuleDiagnostics, fields: Mapping[str, str]) -> None:
+    """Keyed by the RDMA port the netdev belongs to (a bond slave keeps its own name); a port
+    mlxlink already read keeps mlxlink's reading."""
+    netdev = fields["netdev"]
+    port = next((port.name for port in draft.inventory.ports if port.netdev == netdev), netdev)
+    draft.inventory.transceivers.setdefault(port, module)
+
+
 def join_nvlink_status(draft: Draft, gpus: list[GpuNvlinks], fields: Mapping[str, str]) -> None:
     """Per-link state and speed where NVML gave none; where both tell, a different count of
     active links is kept as a conflict (NVML's stands)."""
@@ -216,6 +231,8 @@ JOINERS: dict[str, Joiner] = {
     "systemctl-show-nvidia-fabricmanager": _join_service("nvidia-fabricmanager"),
     "systemctl-show-nvidia-imex": _join_service("nvidia-imex"),
     "lspci-vvv": join_lspci,
+    "mlxlink-m-{dev}": join_mlxlink_module,
+    "ethtool-m-{netdev}": join_ethtool_module,
 }
 
 

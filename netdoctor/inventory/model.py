@@ -19,6 +19,8 @@ from netdoctor.inventory.fabric_model import (  # noqa: F401  (re-exported)
     KernelEvent,
     KernelEventKind,
     KernelLog,
+    ModuleDiagnostics,
+    ModuleReading,
     NvLink,
     PciPathFunction,
     PcieLink,
@@ -233,6 +235,7 @@ class Inventory:
     # (or a snapshot that kept no tree).
     pci_tree: dict[str, PciPathFunction] | None = None
     virtualization: str | None = None          # "none" on bare metal, else what says it is a VM; None: unknown
+    transceivers: dict[str, ModuleDiagnostics] = field(default_factory=dict)   # RDMA port (or netdev) -> module
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)
 

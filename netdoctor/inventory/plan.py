@@ -32,6 +32,7 @@ IMPLIED_NEEDS: dict[str, frozenset[str]] = {
     "fabric": frozenset({"gpus"}),
     "kernel-log": frozenset({"gpus", "rdma"}),   # to name the GPU or port an event is about
     "pcie-tree": frozenset({"gpus", "rdma"}),    # the tree is read above GPUs and NICs
+    "transceiver": frozenset({"rdma"}),
 }
 FABRIC_SCAN_NOT_ASKED = "fabric scan not asked for (--fabric-scan)"
 NOT_NEEDED = "not needed by the selected checks"
@@ -110,6 +111,8 @@ def targets(scope: Scope, inventory: Inventory) -> list[dict[str, str]]:
     if scope is Scope.IB_PORT:
         return [{"dev": port.hca, "port": str(port.number)} for port in inventory.ports
                 if port.link_layer is LinkLayer.INFINIBAND]
+    if scope is Scope.RDMA_DEVICE:
+        return [{"dev": hca.name} for hca in inventory.hcas if hca.pci_address and not hca.physical_function]
     return [{"netdev": name} for name in sorted(_roce_netdevs(inventory))]
 
 

@@ -111,6 +111,25 @@ def _fabric_lines(inventory: Inventory) -> list[str]:
     return lines
 
 
+def _module_lines(inventory: Inventory) -> list[str]:
+    """Each RDMA port's module: what it is, its temperature and the spread of its lanes."""
+    if not inventory.transceivers:
+        return []
+
+    def spread(reading: Any, unit: str) -> str:
+        if reading is None:
+            return "-"
+        low, high = min(reading.values), max(reading.values)
+        return f"{low:g} {unit}" if low == high else f"{low:g}..{high:g} {unit}"
+
+    rows = [[port, _or_dash(module.identifier), _or_dash(module.vendor), _or_dash(module.part_number),
+             spread(module.temperature_c, "C"), spread(module.bias_ma, "mA"), spread(module.rx_power_dbm, "dBm"),
+             spread(module.tx_power_dbm, "dBm"), module.source]
+            for port, module in sorted(inventory.transceivers.items())]
+    return ["", f"Port modules ({len(rows)})"] + _table(
+        ["port", "type", "vendor", "part", "temperature", "bias", "rx power", "tx power", "read by"], rows)
+
+
 _ACS_SHORT = {"SrcValid": "SV", "TransBlk": "TB", "ReqRedir": "RR", "CmpltRedir": "CR", "UpstreamFwd": "UF",
               "EgressCtrl": "EC", "DirectTrans": "DT"}
 
@@ -219,6 +238,7 @@ def render_inventory_text(inventory: Inventory) -> str:
     elif inventory.gpus:
         lines += ["", f"GPU <-> NIC matrix: {inventory.source('nvidia-smi-topo-m').reason()}"]
 
+    lines += _module_lines(inventory)
     lines += _pcie_tree_lines(inventory)
 
     peer = inventory.peer_memory
