@@ -24,6 +24,40 @@ def test_a_real_healthy_h200_boot_log_has_no_events_and_reaches_back_to_boot() -
     assert plain.first_time is None and plain.first_since_boot_s == 0.0
 
 
+CORPUS = Path(__file__).parent / "data" / "corpus" / "dmesg"
+
+
+def test_every_dmesg_corpus_file_is_asserted_here() -> None:
+    assert sorted(path.name for path in CORPUS.iterdir()) == [
+        "device-h200x2__dmesg-plain.txt", "device-h200x2__dmesg-time-format-iso.txt",
+        "gpu-notes__dmesg-plain-xid-79-sxid-20034.txt", "kubuntu-forum__dmesg-plain-xid-62.txt",
+        "leptonai-gpud__dmesg-T-xid-119.txt"]
+
+
+def test_a_real_incident_xid_79_then_sxid_20034_from_three_nvswitches() -> None:
+    parsed = parse_kernel_log((CORPUS / "gpu-notes__dmesg-plain-xid-79-sxid-20034.txt").read_text())
+    assert [(event.kind, event.subject, event.code, event.fatal, event.since_boot_s) for event in parsed.events] == [
+        (KernelEventKind.XID, "0000:91:00.0", 79, None, 6781741.548779),
+        (KernelEventKind.SXID, "0000:06:00.0", 20034, True, 6781753.400584),
+        (KernelEventKind.SXID, "0000:05:00.0", 20034, True, 6781753.404587),
+        (KernelEventKind.SXID, "0000:07:00.0", 20034, True, 6781753.407899),
+        (KernelEventKind.SXID, "0000:05:00.0", 20034, True, 6781753.408138)]   # Severity/Data lines are details
+
+
+def test_a_real_xid_62_in_plain_form() -> None:
+    parsed = parse_kernel_log((CORPUS / "kubuntu-forum__dmesg-plain-xid-62.txt").read_text())
+    assert [(event.kind, event.subject, event.code, event.since_boot_s) for event in parsed.events] == [
+        (KernelEventKind.XID, "0000:01:00.0", 62, 121.331414)]
+    assert parsed.events[0].message == "NVRM: Xid (PCI:0000:01:00): 62, 12b2(1fa0) 00000000 00000000"
+
+
+def test_real_dmesg_T_output_is_refused_for_its_zoneless_local_times() -> None:
+    # `dmesg -T` of a real H100 node with Xid 119: local time, no zone, so no window can be
+    # placed; netdoctor itself runs `dmesg --time-format iso`.
+    with pytest.raises(ParseError, match="no dmesg or journal time stamp"):
+        parse_kernel_log((CORPUS / "leptonai-gpud__dmesg-T-xid-119.txt").read_text())
+
+
 def test_each_event_kind_with_its_subject_code_and_time() -> None:
     text = (
         "2026-11-23T10:01:02,123456+00:00 NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus.\n"

@@ -25,6 +25,15 @@ def test_real_h200_output() -> None:
     assert {link.speed_gbs for gpu in gpus for link in gpu.links} == {26.562}
 
 
+def test_real_a100_output_and_the_empty_output_of_a_gpu_without_nvlink() -> None:
+    gpus = parse_nvidia_smi_nvlink_status((CORPUS / "leptonai-gpud__nvidia-smi.nvlink.status.a100.txt").read_text())
+    assert [gpu.index for gpu in gpus] == list(range(8))
+    assert {(gpu.name, len(gpu.links)) for gpu in gpus} == {("NVIDIA A100-SXM4-80GB", 12)}
+    assert {link.speed_gbs for gpu in gpus for link in gpu.links} == {25.0}     # `25 GB/s`: the integer form
+    # A PCIe A10 (and the device tool's single H100 VM) print nothing at all: no GPU blocks.
+    assert parse_nvidia_smi_nvlink_status((CORPUS / "leptonai-gpud__nvidia-smi.nvlink.status.a10.txt").read_text()) == []
+
+
 def test_inactive_links_and_a_gpu_without_nvlink() -> None:
     gpus = parse_nvidia_smi_nvlink_status((CORPUS / "synthetic-h100-two-inactive-and-a-pcie-gpu.txt").read_text())
     assert [link.link for link in gpus[0].links if not link.active] == [7, 13]

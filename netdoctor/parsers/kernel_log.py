@@ -7,6 +7,8 @@ and each found line is read for its time and its event:
 
 * GPU Xid:   `NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus.`
 * NVSwitch:  `nvidia-nvswitch3: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 30 LTSSM Fault Up`
+             (the `..., Severity 1 Engine instance 60 ...` and `..., Data {...}` lines newer
+             drivers log after it are details of that error, not errors of their own)
 * link flap: `mlx5_core 0000:1a:00.0 ibp26s0: Link down` / `... Link up` (netdev carrier)
 * PCIe AER:  `pcieport 0000:00:01.1: AER: Corrected error received: 0000:18:00.0`,
              `... AER: Uncorrected (Non-Fatal) error received: ...`, `(Fatal)`, `Multiple ...`
@@ -138,6 +140,8 @@ def _event(head: str, around: str | None) -> KernelLogLine | None:
         if address is None:
             return None
         after = body[match.end():match.end() + 40].lower()
+        if after.lstrip(", ").startswith(("severity ", "data {")):
+            return None      # a detail line of the SXid logged just before it (R535+ drivers), not another error
         fatal = True if "non-fatal" not in after and "fatal" in after else (False if "non-fatal" in after else None)
         return KernelLogLine(KernelEventKind.SXID, address, moment, since_boot, int(match.group(2)), fatal, message)
     if (match := _AER.search(body)) is not None:
