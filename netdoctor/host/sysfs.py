@@ -98,6 +98,11 @@ class _Resolution:
     stored: list[str] | None            # components under the snapshot's sys/; None = cannot be recorded
     dirs: list[str] = field(default_factory=list)                 # directories to record
     links: list[tuple[str, str]] = field(default_factory=list)    # (link path, relative target) to record
+    crossed_link: bool = False          # a link was followed on the way
+
+    def copy(self) -> _Resolution:
+        return _Resolution(list(self.physical), None if self.stored is None else list(self.stored), list(self.dirs),
+                           list(self.links), self.crossed_link)
 
 
 def _is_pci_tree_path(parts: list[str]) -> bool:
@@ -128,8 +133,13 @@ class RootedSysTree:
 
     def __init__(self, root: Path | str, recorder: Recording | None = None, *, strict: bool | None = None) -> None:
         self.root = Path(os.path.abspath(root))
+        self._root_text = str(self.root)
         self.recording = recorder
         self.strict = strict if strict is not None else str(self.root) != "/sys"
+        # Resolved directories (their parts -> resolution, None where a link leaves the
+        # root). One tree is one discovery run: a snapshot never changes, and /sys does not
+        # in the second a run takes.
+        self._directories: dict[tuple[str, ...], _Resolution | None] = {}
 
     def __repr__(self) -> str:
         mode = "strict" if self.strict else "live"
@@ -138,7 +148,7 @@ class RootedSysTree:
     # -- resolution -------------------------------------------------------------------
 
     def _full(self, components: list[str]) -> str:
-        return os.path.join(str(self.root), *components)
+        return "/".join((self._root_text, *components)) if components else self._root_text
 
     def _escape(self, message: str) -> None:
         """A link leaves the root: refused in a snapshot, treated as absent on a live node."""
@@ -229,39 +239,67 @@ class RootedSysTree:
         return True
 
     def _resolve(self, path: str, follow_last: bool = True) -> _Resolution | None:
-        """Resolve a caller's path; None when a link on the way leaves the root (live mode)."""
+        """Resolve a caller's path; None when a link on the way leaves the root (live mode).
+
+        The directory part is resolved once per tree and kept: the PCIe tree alone reads a
+        dozen files in each of fifty directories seven links and levels deep."""
         parts = _user_parts(path)
-        resolution = _Resolution(physical=[], stored=[])
-        crossed_link = False
-        for index, part in enumerate(parts):
-            last = index == len(parts) - 1
-            if part == "..":
-                if not resolution.physical:
-                    raise UnsafePathError(f"sys path {path!r} climbs above the root")
-                resolution.physical.pop()
-                if resolution.stored is not None:
-                    # After a link the snapshot layout and the physical tree part ways;
-                    # climbing back up from there has no faithful recorded form.
-                    resolution.stored = None if crossed_link else resolution.stored[:-1]
-                continue
-            candidate = resolution.physical + [part]
-            try:
-                info = os.lstat(self._full(candidate))
-            except OSError:
-                info = None
-            if info is not None and stat.S_ISLNK(info.st_mode) and (follow_last or not last):
-                try:
-                    target_text = os.readlink(self._full(candidate))
-                except OSError:
-                    return None
-                if not self._cross_link(resolution, part, target_text, 1):
-                    return None
-                crossed_link = True
-            else:
-                resolution.physical = candidate
-                if resolution.stored is not None:
-                    resolution.stored = resolution.stored + [part]
+        if not parts:
+            return self._start()
+        directory = self._resolve_directory(tuple(parts[:-1]), path)
+        if directory is None:
+            return None
+        resolution = directory.copy()
+        return resolution if self._step(resolution, parts[-1], follow_last, path) else None
+
+    def _start(self) -> _Resolution:
+        # Where a snapshot would keep a path matters only when recording (capture).
+        return _Resolution(physical=[], stored=[] if self.recording is not None else None)
+
+    def _resolve_directory(self, parts: tuple[str, ...], path: str) -> _Resolution | None:
+        if not parts:
+            return self._start()
+        cached = self._directories.get(parts, False)
+        if cached is not False:
+            return cached  # type: ignore[return-value]
+        parent = self._resolve_directory(parts[:-1], path)
+        resolution = None
+        if parent is not None:
+            resolution = parent.copy()
+            if not self._step(resolution, parts[-1], True, path):
+                resolution = None
+        self._directories[parts] = resolution
         return resolution
+
+    def _step(self, resolution: _Resolution, part: str, follow: bool, path: str) -> bool:
+        """Move `resolution` one component on; False when a link leaves the root (live mode)."""
+        if part == "..":
+            if not resolution.physical:
+                raise UnsafePathError(f"sys path {path!r} climbs above the root")
+            resolution.physical.pop()
+            if resolution.stored is not None:
+                # After a link the snapshot layout and the physical tree part ways;
+                # climbing back up from there has no faithful recorded form.
+                resolution.stored = None if resolution.crossed_link else resolution.stored[:-1]
+            return True
+        candidate = resolution.physical + [part]
+        try:
+            info = os.lstat(self._full(candidate))
+        except OSError:
+            info = None
+        if info is not None and stat.S_ISLNK(info.st_mode) and follow:
+            try:
+                target_text = os.readlink(self._full(candidate))
+            except OSError:
+                return False
+            if not self._cross_link(resolution, part, target_text, 1):
+                return False
+            resolution.crossed_link = True
+        else:
+            resolution.physical = candidate
+            if resolution.stored is not None:
+                resolution.stored = resolution.stored + [part]
+        return True
 
     def _record_resolution(self, resolution: _Resolution) -> None:
         if self.recording is None:
