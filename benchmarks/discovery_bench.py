@@ -2,10 +2,11 @@
 
 `netdoctor discover` runs on a live node made of the dgx-h100 fixture: its sys/ tree
 ($NETDOCTOR_SYSFS_ROOT) and fake tools on PATH (tests/fake_tools.py) that answer with the
-recorded outputs after `--delay` seconds each. That node runs 15 tools (5 node-wide, 8
-perfquery, 2 mlnx_qos): one after another they would add 15 x delay; run concurrently,
-the node-wide tools and the per-port tools overlap, so the added time is about one
-tool's delay (two at worst: per-port tools start once sysfs has named the ports).
+recorded outputs after `--delay` seconds each. That node runs every tool its snapshot
+recorded (node-wide ones, and per device: perfquery, mlnx_qos, mlxlink, ethtool -m): one
+after another they would add N x delay; run concurrently, the node-wide tools and the
+per-device tools overlap, so the added time is about one tool's delay (two at worst:
+per-device tools start once sysfs has named the devices).
 
     python benchmarks/discovery_bench.py [--delay 0.3] [--runs 10] [--markdown benchmarks/results/discovery.md]
 """
@@ -52,7 +53,12 @@ def main() -> int:
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
 
-    tools = sum(1 for path in (FIXTURE / "commands").glob("*.status"))
+    names = [path.name.removesuffix(".status") for path in (FIXTURE / "commands").glob("*.status")]
+    tools = len(names)
+    per_device = {prefix: sum(name.startswith(prefix) for name in names)
+                  for prefix in ("perfquery-x-", "mlnx_qos-", "mlxlink-m-", "ethtool-m-")}
+    kinds = ", ".join([f"{tools - sum(per_device.values())} node-wide"] +
+                      [f"{count} {prefix.rstrip('-')}" for prefix, count in per_device.items() if count])
     with tempfile.TemporaryDirectory(prefix="netdoctor-bench-") as work:
         bin_dir = make_fake_tools(FIXTURE, Path(work) / "bin")
         fast = timed_runs(bin_dir, 0.0, args.runs)
@@ -69,16 +75,16 @@ def main() -> int:
         f"- machine: nproc {os.cpu_count()}, Python {platform.python_version()} ({platform.machine()})\n"
         "- command: `NETDOCTOR_SYSFS_ROOT=tests/fixtures/nodes/dgx-h100/sys PATH=<fake tools>:/usr/bin:/bin "
         "netdoctor discover --format json`\n"
-        f"- tools run: {tools} (5 node-wide, 8 perfquery, 2 mlnx_qos), each a Python fake that sleeps "
+        f"- tools run: {tools} ({kinds}), each a Python fake that sleeps "
         f"`NETDOCTOR_FAKE_DELAY` then prints its recorded output; {args.runs} runs each (after one warm-up)\n\n"
         "| tools | median s | min s | max s |\n|---|---:|---:|---:|\n"
         f"{table}\n\n"
         f"Added by the delay: **{added:.3f} s** (one tool: {args.delay:.1f} s; run one after another: "
         f"{serial:.1f} s) -> {verdict}.\n"
-        "The node-wide tools start first; perfquery and mlnx_qos start as soon as sysfs has named the\n"
-        "ports, while the node-wide tools still run, so the delays overlap. On 2 cores the added time can\n"
-        "be below one delay: the 15 fakes are Python scripts whose start-up CPU (~50 ms each) runs\n"
-        "during the others' sleep.\n"
+        "The node-wide tools start first; the per-device tools start as soon as sysfs has named the\n"
+        "devices, while the node-wide tools still run, so the delays overlap. On 2 cores the added time\n"
+        f"can be below one delay, even negative: the {tools} fakes are Python scripts whose start-up CPU\n"
+        "(~50 ms each) runs during the others' sleep.\n"
     )
     sys.stdout.write(text)
     if args.markdown:
