@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from netdoctor.host.netdevs import NetdevFacts, collect_netdevs
-from netdoctor.host.sysfs import Recording, RootedSysTree
+from netdoctor.host.recording import Recording
+from netdoctor.host.sysfs import RootedSysTree
 
 PROBE = """
 import dataclasses, json, sys

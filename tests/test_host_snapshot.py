@@ -15,7 +15,7 @@ import pytest
 from netdoctor.errors import SnapshotError
 from netdoctor.host.live import LiveSource
 from netdoctor.host.snapshot import open_snapshot, write_snapshot
-from netdoctor.host.sysfs import Recording
+from netdoctor.host.recording import Recording
 from netdoctor.host.types import CommandSpec, CommandState
 
 FAKEBIN = Path(__file__).parent / "fakebin"
@@ -266,18 +266,18 @@ def test_hostile_archive_refused(tmp_path: Path, case: str) -> None:
 
 
 def test_huge_member_refused_before_reading_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import netdoctor.host.snapshot as snapshot_module
+    import netdoctor.host.snapshot_limits as limits
 
-    monkeypatch.setattr(snapshot_module, "MAX_MEMBER_BYTES", 1000)
+    monkeypatch.setattr(limits, "MAX_MEMBER_BYTES", 1000)
     archive = _archive(tmp_path / "huge.tar.gz", [_file("snapshot.json", META), _file("sys/big", b"z" * 5000)])
     with pytest.raises(SnapshotError, match="5000 bytes, more than the 1000-byte limit"):
         open_snapshot(archive)
 
 
 def test_too_many_members_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import netdoctor.host.snapshot as snapshot_module
+    import netdoctor.host.snapshot_limits as limits
 
-    monkeypatch.setattr(snapshot_module, "MAX_MEMBERS", 10)
+    monkeypatch.setattr(limits, "MAX_MEMBERS", 10)
     archive = _archive(tmp_path / "many.tar.gz", [_file("snapshot.json", META)] + [_file(f"sys/f{i}") for i in range(20)])
     with pytest.raises(SnapshotError, match="more than 10 members"):
         open_snapshot(archive)

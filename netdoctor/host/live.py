@@ -16,7 +16,8 @@ import structlog
 from netdoctor.host.netdevs import NetdevFacts, collect_netdevs
 from netdoctor.host.nvml import collect_nvml
 from netdoctor.host.runner import run_commands
-from netdoctor.host.sysfs import Recording, RootedSysTree
+from netdoctor.host.recording import Recording
+from netdoctor.host.sysfs import RootedSysTree
 from netdoctor.host.files import read_regular
 from netdoctor.host.types import MAX_PROC_BYTES, PROC_FILES, CommandResult, CommandSpec
 from netdoctor.util import utc_now_iso

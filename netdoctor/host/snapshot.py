@@ -24,7 +24,9 @@ import structlog
 from netdoctor.errors import SnapshotError
 from netdoctor.host.files import replacement
 from netdoctor.host.netdevs import NetdevFacts, collect_netdevs
-from netdoctor.host.sysfs import Recording, RootedSysTree
+from netdoctor.host.recording import Recording
+from netdoctor.host.snapshot_limits import MAX_MEMBER_BYTES, check_directory
+from netdoctor.host.sysfs import RootedSysTree
 from netdoctor.host.types import NOT_IN_SNAPSHOT, PROC_FILES, CommandResult, CommandSpec, CommandState
 from netdoctor.util import parse_iso_utc
 
@@ -33,9 +35,6 @@ __all__ = ["SNAPSHOT_FORMAT", "Recording", "SnapshotSource", "open_snapshot", "w
 log = structlog.get_logger(__name__)
 
 SNAPSHOT_FORMAT = "netdoctor.snapshot/1"
-MAX_MEMBER_BYTES = 64 * 1024 * 1024
-MAX_TOTAL_BYTES = 512 * 1024 * 1024
-MAX_MEMBERS = 100_000
 MAX_JSON_BYTES = 16 * 1024 * 1024
 _TOP_LEVEL = ("snapshot.json", "nvml.json", "sys", "commands", "proc")
 
@@ -249,7 +248,7 @@ def open_snapshot(path: Path | str) -> SnapshotSource:
         if archives:   # `--snapshot DIR` where DIR holds capture.tar.gz: point at the archive
             raise SnapshotError(f"{location} is not a netdoctor snapshot: no snapshot.json; it holds "
                                 f"{', '.join(archives[:3])}: pass the archive, e.g. --snapshot {location / archives[0]}")
-        _check_directory(location)
+        check_directory(location)
         return SnapshotSource(location.resolve(), origin=str(location))
     if not location.exists():
         raise SnapshotError(f"snapshot {location} does not exist")
@@ -272,44 +271,6 @@ def open_snapshot(path: Path | str) -> SnapshotSource:
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
         raise
-
-
-MAX_DEPTH = 64   # directory levels; sysfs paths in a snapshot are a dozen deep
-
-
-def _check_directory(root: Path) -> None:
-    """A snapshot directory holds what an archive may: regular files, directories, symlinks,
-    within the same size and count limits; a device, FIFO or socket is refused, as in a tar.
-
-    os.scandir with plain strings: a snapshot holds thousands of entries (the PCIe tree,
-    config spaces), and this runs before every `check --snapshot`."""
-    count = total = 0
-    base = str(root)
-    pending: list[tuple[str, int]] = [(base, 0)]
-    while pending:
-        directory, depth = pending.pop()
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                count += 1
-                if count > MAX_MEMBERS:
-                    raise SnapshotError(f"snapshot {root}: more than {MAX_MEMBERS} entries")
-                if entry.is_symlink():
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    if depth + 1 >= MAX_DEPTH:
-                        raise SnapshotError(f"snapshot {root}: directories nested more than {MAX_DEPTH} levels deep")
-                    pending.append((entry.path, depth + 1))
-                    continue
-                info = entry.stat(follow_symlinks=False)
-                if not stat.S_ISREG(info.st_mode):
-                    raise SnapshotError(f"snapshot {root}: {os.path.relpath(entry.path, base)} is not a regular file, "
-                                        "directory or link (device, FIFO or socket)")
-                if info.st_size > MAX_MEMBER_BYTES:
-                    raise SnapshotError(f"snapshot {root}: {os.path.relpath(entry.path, base)} is {info.st_size} bytes, "
-                                        f"more than the {MAX_MEMBER_BYTES}-byte limit")
-                total += info.st_size
-                if total > MAX_TOTAL_BYTES:
-                    raise SnapshotError(f"snapshot {root}: more than {MAX_TOTAL_BYTES} bytes in all")
 
 
 # -- writing ------------------------------------------------------------------------------

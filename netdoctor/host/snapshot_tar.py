@@ -21,7 +21,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from netdoctor.errors import SnapshotError
-from netdoctor.host import snapshot as limits
+from netdoctor.host import snapshot_limits as limits
+from netdoctor.host.snapshot import _read_regular
 
 # Limits on an archive's metadata, so a hostile tar costs bounded memory and never a
 # RecursionError: a PAX or GNU long-name header holds a path and a few keys (never
@@ -220,7 +221,7 @@ def _write_member(tar: tarfile.TarFile, member: tarfile.TarInfo, parts: list[str
         linked = tuple(_member_parts(member.linkname, archive))
         if linked not in files:
             raise SnapshotError(f"snapshot {archive}: hard link {'/'.join(parts)!r} points to no earlier file member")
-        data = limits._read_regular(destination.joinpath(*linked), limits.MAX_MEMBER_BYTES, f"hard link target {member.linkname!r}")
+        data = _read_regular(destination.joinpath(*linked), limits.MAX_MEMBER_BYTES, f"hard link target {member.linkname!r}")
         stream: io.BufferedIOBase | None = io.BytesIO(data or b"")  # type: ignore[assignment]
     else:
         stream = tar.extractfile(member)  # type: ignore[assignment]

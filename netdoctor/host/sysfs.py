@@ -25,15 +25,13 @@ from __future__ import annotations
 import errno
 import os
 import stat
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import structlog
 
 from netdoctor.errors import SnapshotError
-from netdoctor.host.types import CommandResult
+from netdoctor.host.recording import Recording
 from netdoctor.util import PCI_ADDRESS_RE
 
 log = structlog.get_logger(__name__)
@@ -45,49 +43,6 @@ MAX_LINK_HOPS = 40
 
 class UnsafePathError(SnapshotError):
     """A path (or a link in a snapshot) would leave the root of the sys tree."""
-
-
-class Recording:
-    """Everything a capture read, in snapshot layout, for `write_snapshot`.
-
-    Paths are relative to the snapshot's `sys/` directory. Thread-safe: commands are
-    recorded from the runner's worker threads.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.files: dict[str, bytes] = {}
-        self.dirs: set[str] = set()
-        self.links: dict[str, str] = {}          # link path -> relative target
-        self.commands: dict[str, CommandResult] = {}
-        self.nvml: dict[str, Any] | None = None
-        self.nvml_status: str | None = None
-        self.proc: dict[str, bytes] = {}        # PROC_FILES name -> content, written under proc/
-
-    def add_proc(self, name: str, data: bytes) -> None:
-        with self._lock:
-            self.proc[name] = data
-
-    def add_file(self, path: str, data: bytes) -> None:
-        with self._lock:
-            self.files[path] = data
-
-    def add_dir(self, path: str) -> None:
-        with self._lock:
-            self.dirs.add(path)
-
-    def add_link(self, path: str, target: str) -> None:
-        with self._lock:
-            self.links[path] = target
-
-    def add_command(self, result: CommandResult) -> None:
-        with self._lock:
-            self.commands[result.name] = result
-
-    def set_nvml(self, report: dict[str, Any] | None, status: str) -> None:
-        with self._lock:
-            self.nvml = report
-            self.nvml_status = status
 
 
 @dataclass
