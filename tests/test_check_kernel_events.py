@@ -3,7 +3,7 @@ window back from the capture time; events of another boot never count."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from netdoctor.inventory.model import Inventory, KernelEvent, KernelEventKind, KernelLog
 from netdoctor.report.model import Finding, Status

@@ -392,7 +392,7 @@ class RootedSysTree:
         function as a plain `bus/pci/devices/ADDR` directory.
         """
         resolution = self._resolve(f"bus/pci/devices/{address}")
-        if resolution is None or not _is_pci_tree_path(resolution.physical):
+        if resolution is None or not _is_pci_tree_path(resolution.physical) or resolution.physical[-1] != address:
             return None
         if not os.path.isdir(self._full(resolution.physical)):
             return None

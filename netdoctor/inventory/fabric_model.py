@@ -83,11 +83,6 @@ class PciPathFunction:
     iommu_type: str | None = None         # DMA | DMA-FQ | identity | ... (kernel/iommu_groups/N/type)
     capabilities_from: str | None = None  # config (sysfs, root) | lspci; None: not read
 
-    @property
-    def is_bridge(self) -> bool:
-        return self.port_type in ("root_port", "upstream_port", "downstream_port") or \
-            (self.pci_class or "").lower().startswith("0x0604")
-
 
 # ---- The kernel log --------------------------------------------------------------------
 

@@ -146,8 +146,7 @@ def parse_ethtool_module(text: str) -> ModuleDiagnostics:
     values: dict[str, list[float]] = {}
     thresholds: dict[str, float] = {}
     for raw_key, value in pairs:
-        channel = _CHANNEL.search(raw_key)
-        key = _CHANNEL.sub("", raw_key).strip()
+        key = _CHANNEL.sub("", raw_key).strip()      # per-lane values arrive in channel order
         if key == "Identifier":
             inner = re.search(r"\(([^)]+)\)", value)
             fields["identifier"] = inner.group(1) if inner else value
