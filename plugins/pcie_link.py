@@ -22,7 +22,7 @@ from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.inventory.model import Gpu, Hca, Inventory, PcieLink
-from netdoctor.inventory.queries import virtual_function_note
+from netdoctor.inventory.queries import path_from_root, pci_endpoints, virtual_function_note
 from netdoctor.report.model import STATUS_SEVERITY
 from netdoctor.util import natural_key
 
@@ -222,14 +222,10 @@ def _judge_switch_uplinks(ctx: CheckContext) -> Iterator[Finding]:
     or slow uplink caps every device behind the switch, though their own links look fine."""
     inventory = ctx.inventory
     tree = inventory.pci_tree or {}
-    labels = {gpu.pci_address: gpu.label for gpu in inventory.gpus if gpu.pci_address}
-    labels |= {hca.pci_address: hca.name for hca in inventory.hcas if hca.pci_address and hca.pci_address not in labels}
     behind: dict[str, list[str]] = {}
-    for address, label in labels.items():
-        parent = tree[address].parent if address in tree else None
-        while parent is not None and parent in tree:
-            behind.setdefault(parent, []).append(label)
-            parent = tree[parent].parent
+    for address, (label, _) in pci_endpoints(inventory).items():
+        for bridge in path_from_root(tree, address)[:-1]:
+            behind.setdefault(bridge, []).append(label)
     for address in sorted(behind):
         function = tree[address]
         link = function.link

@@ -22,6 +22,7 @@ from itertools import combinations
 
 from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.inventory.model import Inventory, PciPathFunction
+from netdoctor.inventory.queries import path_from_root, pci_endpoints
 
 CHECK_ID = "pcie-p2p-path"
 TRANSLATED_IOMMU = ("DMA", "DMA-FQ")
@@ -39,7 +40,7 @@ REMEDY_ATS = ("enable ATS on the NIC (`mlxconfig -d <dev> set ATS_ENABLED=true`,
 def pcie_p2p_path(ctx: CheckContext) -> Iterator[Finding]:
     inventory = ctx.inventory
     tree = inventory.pci_tree or {}
-    endpoints = _endpoints(inventory, tree)
+    endpoints = pci_endpoints(inventory)
     pairs = _pairs(inventory, endpoints)
     virtual = inventory.virtualization not in (None, "none")
     if not pairs:
@@ -62,18 +63,6 @@ def pcie_p2p_path(ctx: CheckContext) -> Iterator[Finding]:
         yield _judge_iommu(ctx, tree, endpoints)
 
 
-def _endpoints(inventory: Inventory, tree: dict[str, PciPathFunction]) -> dict[str, tuple[str, str]]:
-    """PCI address -> (label, kind) of the GPUs and RDMA NICs the tree holds."""
-    found: dict[str, tuple[str, str]] = {}
-    for gpu in sorted(inventory.gpus, key=lambda gpu: gpu.index):
-        if gpu.pci_address in tree:
-            found[gpu.pci_address] = (gpu.label, "gpu")
-    for hca in inventory.hcas:
-        if hca.pci_address in tree and hca.pci_address not in found:
-            found[hca.pci_address] = (hca.name, "nic")
-    return found
-
-
 def _pairs(inventory: Inventory, endpoints: dict[str, tuple[str, str]]) -> list[tuple[str, str]]:
     """GPU<->NIC pairs, and GPU<->GPU pairs where the GPUs have no NVLink (their P2P is PCIe)."""
     without_nvlink = {gpu.pci_address for gpu in inventory.gpus if not gpu.nvlink_active and not
@@ -85,21 +74,13 @@ def _pairs(inventory: Inventory, endpoints: dict[str, tuple[str, str]]) -> list[
     return pairs
 
 
-def _path(tree: dict[str, PciPathFunction], address: str) -> list[str]:
-    """Root port first, `address` last."""
-    path = [address]
-    while (parent := tree[path[-1]].parent) is not None and parent in tree and len(path) < 64:
-        path.append(parent)
-    return path[::-1]
-
-
 def _judge_acs(ctx: CheckContext, tree: dict[str, PciPathFunction], endpoints: dict[str, tuple[str, str]],
                pairs: list[tuple[str, str]]) -> Iterator[Finding]:
     redirecting: dict[str, list[str]] = {}
     unread: dict[str, list[str]] = {}
     meet_in_switch = 0
     for a, b in pairs:
-        path_a, path_b = _path(tree, a), _path(tree, b)
+        path_a, path_b = path_from_root(tree, a), path_from_root(tree, b)
         shared = 0
         while shared < min(len(path_a), len(path_b)) - 1 and path_a[shared] == path_b[shared]:
             shared += 1

@@ -91,18 +91,11 @@ def _against_limits(ctx: CheckContext, reading: ModuleReading, what: str, unit: 
     for lane, value in enumerate(reading.values):
         where = f"{what} lane {lane + 1}" if lanes else what
         shown = f"{where} {value:g} {unit}"
-        if reading.alarm_high is not None and value > reading.alarm_high:
-            problems.append((ctx.severity("alarm_severity"), f"{shown} above the module's alarm limit "
-                             f"{reading.alarm_high:g} {unit}", "alarm_severity"))
-        elif reading.alarm_low is not None and value < reading.alarm_low:
-            problems.append((ctx.severity("alarm_severity"), f"{shown} below the module's alarm limit "
-                             f"{reading.alarm_low:g} {unit}", "alarm_severity"))
-        elif reading.warning_high is not None and value > reading.warning_high:
-            problems.append((ctx.severity("warning_severity"), f"{shown} above the module's warning limit "
-                             f"{reading.warning_high:g} {unit}", "warning_severity"))
-        elif reading.warning_low is not None and value < reading.warning_low:
-            problems.append((ctx.severity("warning_severity"), f"{shown} below the module's warning limit "
-                             f"{reading.warning_low:g} {unit}", "warning_severity"))
+        beyond = _beyond(value, reading)
+        if beyond is not None:
+            kind, side, limit = beyond
+            status = ctx.severity("alarm_severity") if kind == "alarm" else ctx.severity("warning_severity")
+            problems.append((status, f"{shown} {side} the module's {kind} limit {limit:g} {unit}", f"{kind}_severity"))
         elif margin_key is not None and reading.warning_high is None and reading.alarm_high is not None:
             margin = float(ctx.rule(margin_key))
             if margin_key == "bias_margin_fraction" and reading.alarm_low is not None:
@@ -114,6 +107,17 @@ def _against_limits(ctx: CheckContext, reading: ModuleReading, what: str, unit: 
                 problems.append((ctx.severity("warning_severity"), f"{shown} within {margin:g} {unit} of the module's "
                                  f"alarm limit {reading.alarm_low:g} {unit}", margin_key))
     return problems
+
+
+def _beyond(value: float, reading: ModuleReading) -> tuple[str, str, float] | None:
+    """The first of the module's limits `value` is past, alarm before warning: (kind, side, limit)."""
+    for kind, low, high in (("alarm", reading.alarm_low, reading.alarm_high),
+                            ("warning", reading.warning_low, reading.warning_high)):
+        if high is not None and value > high:
+            return kind, "above", high
+        if low is not None and value < low:
+            return kind, "below", low
+    return None
 
 
 def _against_peers(ctx: CheckContext, subject: str, module: ModuleDiagnostics,

@@ -89,14 +89,19 @@ def need_topology(inventory: Inventory, probe: ProbeInput) -> Verdict:
     return (Status.UNKNOWN, inventory.source("nvidia-smi-topo-m").reason())
 
 
+def _no_gpus_or_nics(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    """Neither GPUs nor RDMA NICs were found: why not (unknown), or that there are none (skip)."""
+    gpus = need_gpus(inventory, probe)
+    rdma = need_rdma(inventory, probe)
+    unknown = next((v for v in (gpus, rdma) if v is not None and v[0] is Status.UNKNOWN), None)
+    return unknown or (Status.SKIP, "no GPUs or RDMA NICs on this node")
+
+
 def need_pcie(inventory: Inventory, probe: ProbeInput) -> Verdict:
     if inventory.pcie or any(gpu.pcie is not None for gpu in inventory.gpus):
         return None
     if not inventory.gpus and not inventory.hcas:
-        gpus = need_gpus(inventory, probe)
-        rdma = need_rdma(inventory, probe)
-        unknown = next((v for v in (gpus, rdma) if v is not None and v[0] is Status.UNKNOWN), None)
-        return unknown or (Status.SKIP, "no GPUs or RDMA NICs on this node")
+        return _no_gpus_or_nics(inventory, probe)
     return (Status.UNKNOWN, "no PCIe link facts for the GPUs and NICs "
                             f"({inventory.source('sysfs').reason()}; {inventory.source('nvml').reason()})")
 
@@ -175,10 +180,7 @@ def need_pcie_tree(inventory: Inventory, probe: ProbeInput) -> Verdict:
     if inventory.pci_tree:
         return None
     if not inventory.gpus and not inventory.hcas and not inventory.pci_gpus:
-        gpus = need_gpus(inventory, probe)
-        rdma = need_rdma(inventory, probe)
-        unknown = next((v for v in (gpus, rdma) if v is not None and v[0] is Status.UNKNOWN), None)
-        return unknown or (Status.SKIP, "no GPUs or RDMA NICs on this node")
+        return _no_gpus_or_nics(inventory, probe)
     return _unknown_from(inventory, ("sysfs",), "the PCIe tree above the GPUs and NICs is not known (a snapshot "
                                                  "taken before netdoctor 0.2 keeps PCI functions without their bridges)")
 

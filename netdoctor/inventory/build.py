@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from netdoctor.host.sources import SOURCES, Scope
+from netdoctor.host.sources import Scope
 from netdoctor.host.types import CommandResult, NodeSource
 from netdoctor.inventory.from_nvml import read_nvml
 from netdoctor.inventory.from_pci import read_pci_tree, read_virtualization
@@ -29,7 +29,7 @@ from netdoctor.inventory.from_sysfs import (
 from netdoctor.inventory.from_tools import JOINERS, parser_of, qos_of_bonds
 from netdoctor.inventory.hardware import hca_model
 from netdoctor.inventory.merge import Draft, quiet
-from netdoctor.inventory.model import Inventory, Netdev, SourceState
+from netdoctor.inventory.model import Inventory, Netdev, PcieLink, SourceState
 from netdoctor.inventory.plan import Job, Plan
 from netdoctor.parsers import sysfs_values
 from netdoctor.util import natural_key
@@ -49,7 +49,7 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
                    is_snapshot=source.is_snapshot)
     for name, reason in plan.left_out():
         draft.status(name, SourceState.NOT_RUN, reason)
-    node_jobs = plan.commands(Scope.NODE, draft.inventory)
+    node_jobs = plan.commands(draft.inventory, Scope.NODE)
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="netdoctor-discover") as pool:
         node_tools = pool.submit(source.run, [job.spec for job in node_jobs], deadline)
         read_sysfs_rdma(draft)
@@ -80,9 +80,7 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
 
 
 def _device_jobs(plan: Plan, inventory: Inventory) -> list[Job]:
-    """Per-device commands in the table's order of trust (mlxlink before ethtool -m)."""
-    jobs = [job for scope in (Scope.IB_PORT, Scope.ROCE_NETDEV, Scope.RDMA_DEVICE) for job in plan.commands(scope, inventory)]
-    return sorted(jobs, key=lambda job: (SOURCES.index(job.row), job.spec.name))
+    return plan.commands(inventory, Scope.IB_PORT, Scope.ROCE_NETDEV, Scope.RDMA_DEVICE)
 
 
 def _join_commands(draft: Draft, jobs: list[Job], results: dict[str, CommandResult]) -> None:
@@ -93,6 +91,12 @@ def _join_commands(draft: Draft, jobs: list[Job], results: dict[str, CommandResu
             JOINERS[job.row.name](draft, parsed, job.fields)
 
 
+def _sysfs_link(draft: Draft, address: str) -> PcieLink | None:
+    """A GPU's or NIC's sysfs link: the one the PCIe tree read already, else read now."""
+    function = (draft.inventory.pci_tree or {}).get(address)
+    return function.link if function is not None else read_pcie(draft, address)
+
+
 def _join(draft: Draft) -> None:
     """Facts that relate sources: HCA models, PCIe links of HCAs and GPUs, netdevs <-> RDMA ports."""
     inventory = draft.inventory
@@ -100,12 +104,12 @@ def _join(draft: Draft) -> None:
     for hca in inventory.hcas:
         hca.model = hca.model or hca_model(hca.ca_type)
         if hca.pci_address and hca.pci_address not in inventory.pcie:
-            link = read_pcie(draft, hca.pci_address)
+            link = _sysfs_link(draft, hca.pci_address)
             if link:
                 inventory.pcie[hca.pci_address] = link
     for gpu in inventory.gpus:
         if gpu.pci_address:
-            link = read_pcie(draft, gpu.pci_address)
+            link = _sysfs_link(draft, gpu.pci_address)
             if link:
                 inventory.pcie[gpu.pci_address] = link
             sysfs_numa = quiet(sysfs_values.parse_numa_node, draft.sys.read(f"bus/pci/devices/{gpu.pci_address}/numa_node"))

@@ -23,7 +23,7 @@ from netdoctor.parsers.pci_config import parse_pci_config
 VM_GPU_MODES = ("passthrough", "vgpu")
 
 
-def path_endpoints(draft: Draft) -> list[str]:
+def _endpoint_addresses(draft: Draft) -> list[str]:
     inventory = draft.inventory
     addresses = {gpu.pci_address for gpu in inventory.gpus if gpu.pci_address}
     addresses |= {hca.pci_address for hca in inventory.hcas if hca.pci_address}
@@ -34,7 +34,7 @@ def path_endpoints(draft: Draft) -> list[str]:
 def read_pci_tree(draft: Draft) -> None:
     """Inventory.pci_tree: each endpoint and every bridge above it (None when no path is known)."""
     tree: dict[str, PciPathFunction] = {}
-    for endpoint in path_endpoints(draft):
+    for endpoint in _endpoint_addresses(draft):
         path = draft.sys.pci_path(endpoint)
         if not path:
             continue

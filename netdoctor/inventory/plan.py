@@ -95,12 +95,13 @@ class Plan:
             if reason is not None and row.scope is Scope.NODE:
                 yield row.name, reason
 
-    def commands(self, scope: Scope, inventory: Inventory) -> list[Job]:
-        """The commands of the collected rows of `scope`, expanded over the devices found so far."""
+    def commands(self, inventory: Inventory, *scopes: Scope) -> list[Job]:
+        """The commands of the collected rows of these scopes, expanded over the devices found
+        so far, in the table's order of trust (mlxlink's reading of a port before ethtool's)."""
         jobs = []
         for row in SOURCES:
-            if row.is_command and row.scope is scope and self.why_not(row) is None:
-                jobs.extend(Job(row, fields, row.expand(**fields)) for fields in targets(scope, inventory))
+            if row.is_command and row.scope in scopes and self.why_not(row) is None:
+                jobs.extend(Job(row, fields, row.expand(**fields)) for fields in targets(row.scope, inventory))
         return sorted(jobs, key=lambda job: (SOURCES.index(job.row), job.spec.name))
 
 

@@ -1,7 +1,8 @@
 """Questions about one inventory that several checks (and pack selection) ask.
 
 Pure functions of the inventory model: where an HCA sits relative to the GPUs, which RDMA
-device is an SR-IOV VF's physical function, and why a source gave no fact.
+device is an SR-IOV VF's physical function, why a source gave no fact, the versions a node
+reports, and the GPUs and NICs of the PCIe tree with their paths to the root port.
 """
 
 from __future__ import annotations
@@ -9,11 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from netdoctor.inventory.model import Hca, Inventory
+from netdoctor.inventory.model import Hca, Inventory, PciPathFunction
 
 # PCIe distances from `nvidia-smi topo -m` that put a NIC next to a GPU: at most one bridge
 # (PIX) or several bridges of one PCIe switch tree (PXB), never through the CPU's root complex.
 NEAR_GPU_LEVELS = ("PIX", "PXB")
+# Bridges between a device and its root port: two levels of switch on real GPU servers; the
+# bound keeps a walk up a hostile snapshot's tree short.
+MAX_PCI_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -111,3 +115,26 @@ def versions(inventory: Inventory) -> dict[str, Any]:
     if inventory.kernel_release:
         found["kernel"] = inventory.kernel_release
     return found
+
+
+def pci_endpoints(inventory: Inventory) -> dict[str, tuple[str, str]]:
+    """PCI address -> (label, kind) of the GPUs (`GPU0`, "gpu") and RDMA NICs (`mlx5_0`, "nic")
+    the PCIe tree holds, GPUs first; a function two RDMA devices share is named once."""
+    tree = inventory.pci_tree or {}
+    found: dict[str, tuple[str, str]] = {}
+    for gpu in sorted(inventory.gpus, key=lambda gpu: gpu.index):
+        if gpu.pci_address in tree:
+            found[gpu.pci_address] = (gpu.label, "gpu")
+    for hca in inventory.hcas:
+        if hca.pci_address in tree and hca.pci_address not in found:
+            found[hca.pci_address] = (hca.name, "nic")
+    return found
+
+
+def path_from_root(tree: dict[str, PciPathFunction], address: str) -> list[str]:
+    """The PCI functions from the root port down to `address` (which is in `tree`)."""
+    path = [address]
+    while (parent := tree[path[-1]].parent) is not None and parent in tree and len(path) < MAX_PCI_DEPTH:
+        path.append(parent)
+    return path[::-1]
+

@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from netdoctor.inventory.model import Gpu, Inventory, LinkLayer, SourceState
+from netdoctor.inventory.queries import path_from_root, pci_endpoints
 from netdoctor.vocabulary import NVML_NVLINK_VERSIONS
 from netdoctor.textsafe import safe_text
 from netdoctor.util import iso_utc
@@ -139,17 +140,10 @@ def _pcie_tree_lines(inventory: Inventory) -> list[str]:
     tree = inventory.pci_tree
     if not tree:
         return []
-    labels = {gpu.pci_address: gpu.label for gpu in inventory.gpus if gpu.pci_address}
-    labels |= {hca.pci_address: hca.name for hca in inventory.hcas if hca.pci_address and hca.pci_address not in labels}
     rows = []
-    for address, label in labels.items():
-        if address not in tree:
-            continue
-        hops = [address]
-        while (parent := tree[hops[-1]].parent) is not None and parent in tree and len(hops) < 64:
-            hops.append(parent)
+    for address, (label, _) in pci_endpoints(inventory).items():
         marked = []
-        for hop in reversed(hops):
+        for hop in path_from_root(tree, address):
             function = tree[hop]
             marks = []
             if function.acs is not None and function.acs.bits:
