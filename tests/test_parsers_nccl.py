@@ -235,3 +235,60 @@ def test_old_style_ring_lines_and_gdrdma_channels() -> None:
 def test_no_log_lines() -> None:
     with pytest.raises(NothingToParse):
         parse_nccl_log("just text\n")
+
+
+# -- network transports between nodes, on real public multi-node logs ----------------------
+
+def test_gdr_used_by_one_node_and_not_the_other_names_the_host() -> None:
+    facts = parse_nccl_log(read("nccl-log", "nccl-tests-issue-152__gdrdma-one-side-only.txt"))
+    assert facts.gdr_hosts() == {"gpu32": True, "gpu37": False}
+    assert facts.net_transport() == "NET/IB"          # not every channel used GPUDirect RDMA
+
+
+def test_old_ring_lines_and_the_per_gpu_gdr_disabled_line() -> None:
+    facts = parse_nccl_log(read("nccl-log", "nv_peer_memory-issue-56__ring-net-ib-gdr-disabled-distance.txt"))
+    assert facts.net_transport() == "NET/IB"
+    assert facts.gdr_hosts() == {"master_node": False, "secondary_node": False}
+    assert {(state.host, state.hca_index, state.enabled) for state in facts.gdr} == {
+        ("master_node", 0, False), ("secondary_node", 0, False)}
+    assert facts.gdr_enabled() is False
+
+
+def test_gdrdma_between_two_nodes_with_the_per_gpu_enabled_line() -> None:
+    facts = parse_nccl_log(read("nccl-log", "nccl-tests-issue-350__gdrdma-enabled-for-gpu-2-nodes.txt"))
+    assert facts.net_transport() == "NET/IB/GDRDMA"
+    assert [(state.hca_index, state.enabled) for state in facts.gdr] == [(1, True)]
+    assert facts.coll_channels == 2
+
+
+def test_socket_transport_between_pods() -> None:
+    facts = parse_nccl_log(read("nccl-log", "esm2-worker__net-socket-4-ranks.txt"))
+    assert facts.net_transport() == "NET/Socket"
+    assert facts.gdr_hosts() == {"esm2-worker-0": False}
+
+
+def test_collnet_sharp_and_the_external_plugin() -> None:
+    facts = parse_nccl_log(read("nccl-log", "nccl-tests-issue-311__collnet-sharp-4-nodes.txt"))
+    assert facts.net_plugin.endswith("nccl-rdma-sharp-plugins/src/.libs/libnccl-net.so")
+    assert facts.network == "IBext_v8"
+    assert facts.sharp_used
+    assert [(connection.host, connection.via) for connection in facts.collnet][:2] == [
+        ("gpu34", "COLLNET/SHARP/1/GDRDMA"), ("gpu41", "COLLNET/SHARP/1/GDRDMA")]
+    assert facts.environment["NCCL_COLLNET_ENABLE"] == "1"
+    assert (facts.ranks, facts.nodes) == (8, 4)
+    assert [device.name for device in facts.net_devices][:2] == ["mlx5_2", "mlx5_0"]
+
+
+def test_a_plugin_that_loaded_then_failed_leaves_nccls_own_ib_on_gdrdma() -> None:
+    facts = parse_nccl_log(read("nccl-log", "sglang-2x8-roce__ofi-plugin-fallback-net-ib-gdrdma.txt"))
+    assert facts.net_plugin == "AWS Libfabric (v6)"
+    assert facts.net_transport() == "NET/IB/GDRDMA"
+    assert facts.transport_kinds == ("NET/IB", "P2P")
+    assert facts.version == "2.27.5+cuda12.9"
+    assert not facts.sharp_used
+
+
+def test_algorithm_per_size_from_tuning_lines() -> None:
+    facts = parse_nccl_log(read("nccl-log", "Timez-zx-nccl-tests__nccl.log.txt"))
+    assert facts.algorithms[8388608] == "RING"
+    assert facts.net_plugin_missing       # 'NET/Plugin: Could not find: libnccl-net.so.'

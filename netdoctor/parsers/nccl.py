@@ -44,6 +44,7 @@ class ChannelConnection:
     target_rank: int
     via: str                         # the transport text as printed
     direction: str | None = None     # send | receive (network connections only)
+    host: str | None = None          # the host of the line (multi-node logs)
 
     @property
     def kind(self) -> str:
@@ -75,12 +76,24 @@ class NetDevice:
 
 @dataclass(frozen=True)
 class GdrState:
-    """`NET/IB : GPU Direct RDMA Enabled|Disabled for HCA 0 'mlx5_0'`."""
+    """`NET/IB : GPU Direct RDMA Enabled|Disabled for HCA 0 'mlx5_0'`, or the per-GPU form
+    `GPU Direct RDMA Disabled for GPU 2[2] / HCA 0 (distance 3 >= 2)` (device name unknown: "")."""
 
     plugin: str
     hca_index: int
     device: str
     enabled: bool
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class CollNetConnection:
+    """`CollNet 00/0 : 0 [receive] via COLLNET/SHARP/1/GDRDMA`: in-network reduction (SHARP) in use."""
+
+    channel: int
+    rank: int
+    via: str
+    host: str | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +121,11 @@ class NcclLogFacts:
     graphs: tuple[SearchedGraph, ...] = ()
     gpu_paths: dict[tuple[str, str], str] = field(default_factory=dict)   # (GPU/0-60, GPU/0-70) -> NVL
     environment: dict[str, str] = field(default_factory=dict)             # NCCL_* set by environment
+    net_plugin: str | None = None                # external plugin loaded: its path or name
+    net_plugin_missing: bool = False             # NCCL looked for libnccl-net.so and found none
+    collnet: tuple[CollNetConnection, ...] = ()
+    sharp_initialized: bool = False              # `SHARP rank 0/4 initialized on mlx5_0:1`
+    algorithms: dict[int, str] = field(default_factory=dict)             # bytes -> RING/TREE/COLLNET_DIRECT/NVLS (TUNING)
     ranks: int | None = None
     nodes: int | None = None
     init_complete: bool = False
@@ -143,6 +161,35 @@ class NcclLogFacts:
             return any(used)
         stated = [state.enabled for state in self.gdr if state.plugin == plugin]
         return any(stated) if stated else None
+
+    def net_transport(self) -> str | None:
+        """The network transport as one name: `NET/IB/GDRDMA`, `NET/IB`, `NET/Socket`, ... (None: no NET channel).
+
+        GDRDMA only where every network channel used it; a mix (one node without GPUDirect)
+        is the slower `NET/IB`, and `gdr_hosts` says which hosts lacked it.
+        """
+        net = [connection for connection in self.connections if connection.kind.startswith("NET/")]
+        if not net:
+            return None
+        kinds = sorted({connection.kind for connection in net}, key=lambda kind: (kind != "NET/IB", kind))
+        kind = kinds[0]
+        if all(connection.gdr for connection in net if connection.kind == kind):
+            return f"{kind}/GDRDMA"
+        return kind
+
+    def gdr_hosts(self) -> dict[str, bool]:
+        """Per host (of the log's line prefixes), whether all its network channels used GPUDirect RDMA."""
+        hosts: dict[str, bool] = {}
+        for connection in self.connections:
+            if connection.host is None or not connection.kind.startswith("NET/"):
+                continue
+            hosts[connection.host] = hosts.get(connection.host, True) and bool(connection.gdr)
+        return hosts
+
+    @property
+    def sharp_used(self) -> bool:
+        """In-network reduction: CollNet channels through a SHARP plugin."""
+        return any("SHARP" in connection.via.upper() for connection in self.collnet) or self.sharp_initialized
 
     @property
     def nvlink_between_gpus(self) -> bool | None:
@@ -196,6 +243,12 @@ _USING = re.compile(r"^NET/(\w+) ?: Using (.*)$")
 _IB_DEVICE = re.compile(r"\[(\d+)\]([\w.\-]+):(\d+)/(\w+)")
 _SOCKET_DEVICE = re.compile(r"\[(\d+)\]([\w.\-]+):([0-9A-Fa-f.:%\w]+)<\d+>")
 _GDR = re.compile(r"^NET/(\w+) ?: GPU Direct RDMA (Enabled|Disabled) for HCA (\d+) '([^']*)'")
+_GDR_GPU = re.compile(r"^(?:NET/(\w+) ?: )?GPU Direct RDMA (Enabled|Disabled) for GPU \S+ / HCA (\d+)")
+_COLLNET = re.compile(r"^CollNet (\d+)(?:/\d+)? : (\d+)(?: \[(?:send|receive)\])? via (.+)$")
+_SHARP_RANK = re.compile(r"^SHARP rank \d+/\d+ initialized")
+_PLUGIN_PATH = re.compile(r"^(?:Plugin Path : |Successfully loaded external plugin |NET/Plugin ?: Loaded net plugin )(.+?)\s*$")
+_PLUGIN_MISSING = re.compile(r"^NET/Plugin ?: (?:No plugin found|Could not find:?) ?\(?libnccl-net")
+_ALGO = re.compile(r"^\w+: (\d+) Bytes -> Algo (\w+) proto")
 _CHANNEL = re.compile(
     r"^(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)(?:\[\w+\])? -> (\d+)(?:\[\w+\])?(?: \[(send|receive)\])? via (.+)$")
 _RING_SUMMARY = re.compile(r"^Channel (\d+)/(\d+) :(?: +\d+)+\s*$")
@@ -228,12 +281,17 @@ def parse_nccl_log(text: str) -> NcclLogFacts:
     cuda_driver = None
     network = None
     devices: dict[tuple[str, int], NetDevice] = {}
-    gdr: dict[tuple[str, int, str], GdrState] = {}
-    connections: dict[tuple[int, int, int, str | None], ChannelConnection] = {}
+    gdr: dict[tuple[str, int, str, str], GdrState] = {}
+    connections: dict[tuple[int, int, int, str | None, str | None], ChannelConnection] = {}
     ring_channels = coll_channels = nvls_channels = ranks = nodes = None
     graphs: list[SearchedGraph] = []
     gpu_paths: dict[tuple[str, str], str] = {}
     environment: dict[str, str] = {}
+    net_plugin: str | None = None
+    net_plugin_missing = False
+    collnet: list[CollNetConnection] = []
+    sharp_initialized = False
+    algorithms: dict[int, str] = {}
     init_complete = False
     warnings: list[LogLine] = []
     errors: list[LogLine] = []
@@ -261,11 +319,26 @@ def parse_nccl_log(text: str) -> NcclLogFacts:
                 for device in _SOCKET_DEVICE.finditer(match[2]):
                     devices[(plugin, int(device[1]))] = NetDevice(plugin, int(device[1]), device[2], address=device[3])
         elif match := _GDR.match(body):
-            state = GdrState(match[1], int(match[3]), match[4], match[2] == "Enabled")
-            gdr[(state.plugin, state.hca_index, state.device)] = state
+            state = GdrState(match[1], int(match[3]), match[4], match[2] == "Enabled", message.host)
+            gdr[(state.plugin, state.hca_index, state.device, state.host or "")] = state
+        elif match := _GDR_GPU.match(body):
+            state = GdrState(match[1] or "IB", int(match[3]), "", match[2] == "Enabled", message.host)
+            gdr[(state.plugin, state.hca_index, state.device, state.host or "")] = state
         elif match := _CHANNEL.match(body):
-            connection = ChannelConnection(int(match[1]), int(match[2]), int(match[3]), match[5].strip(), match[4])
-            connections[(connection.channel, connection.source_rank, connection.target_rank, connection.direction)] = connection
+            connection = ChannelConnection(int(match[1]), int(match[2]), int(match[3]), match[5].strip(), match[4],
+                                           message.host)
+            connections[(connection.channel, connection.source_rank, connection.target_rank, connection.direction,
+                         connection.host)] = connection
+        elif match := _COLLNET.match(body):
+            collnet.append(CollNetConnection(int(match[1]), int(match[2]), match[3].strip(), message.host))
+        elif _SHARP_RANK.match(body):
+            sharp_initialized = True
+        elif match := _PLUGIN_PATH.match(body):
+            net_plugin = net_plugin or match[1]
+        elif _PLUGIN_MISSING.match(body):
+            net_plugin_missing = True
+        elif match := _ALGO.match(body):
+            algorithms[int(match[1])] = match[2]
         elif match := _RING_SUMMARY.match(body):
             ring_channels = max(ring_channels or 0, int(match[2]))
         elif match := _COLL_CHANNELS.match(body):
@@ -289,8 +362,11 @@ def parse_nccl_log(text: str) -> NcclLogFacts:
         version=version, cuda_driver_version=cuda_driver, network=network,
         net_devices=tuple(devices[key] for key in sorted(devices)),
         gdr=tuple(gdr[key] for key in sorted(gdr)),
-        connections=tuple(connections[key] for key in sorted(connections, key=lambda key: (key[0], key[1], key[2], key[3] or ""))),
+        connections=tuple(connections[key] for key in sorted(
+            connections, key=lambda key: (key[0], key[1], key[2], key[3] or "", key[4] or ""))),
         ring_channels=ring_channels, coll_channels=coll_channels, nvls_channels=nvls_channels,
-        graphs=tuple(graphs), gpu_paths=gpu_paths, environment=environment, ranks=ranks, nodes=nodes,
+        graphs=tuple(graphs), gpu_paths=gpu_paths, environment=environment, net_plugin=net_plugin,
+        net_plugin_missing=net_plugin_missing and net_plugin is None, collnet=tuple(collnet),
+        sharp_initialized=sharp_initialized, algorithms=algorithms, ranks=ranks, nodes=nodes,
         init_complete=init_complete, warnings=tuple(warnings), errors=tuple(errors),
     )
