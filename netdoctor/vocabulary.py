@@ -98,3 +98,16 @@ class KernelEventKind(enum.StrEnum):
 
 # NVML's nvmlNvlinkVersion_t -> the NVLink generation (6 = NVLink 4.0 on H100/H200).
 NVML_NVLINK_VERSIONS = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
+
+
+# NCCL's settings (CONTRACT 6.2 `nccl-env.json`): the system-wide config file NCCL reads,
+# and the variables a capture keeps of its process (NCCL's, UCX's, libfabric's, the GPU
+# selection; nothing else, so no secret of the environment ends up in a snapshot).
+NCCL_ETC_CONF = "/etc/nccl.conf"
+NCCL_KEPT_PREFIXES = ("NCCL_", "UCX_", "FI_")
+NCCL_KEPT_NAMES = ("CUDA_VISIBLE_DEVICES",)
+
+
+def nccl_env_kept(name: str) -> bool:
+    """Whether a capture keeps this variable."""
+    return name.startswith(NCCL_KEPT_PREFIXES) or name in NCCL_KEPT_NAMES

@@ -108,7 +108,15 @@ def live_source_for(fixture: Path, bin_dir: Path, *, record: bool = False, tool_
     nvml_path = fixture / "nvml.json"
     nvml_report = (json.loads(nvml_path.read_text()), "ok") if nvml_path.exists() else (None, "no NVIDIA driver: test node")
 
+    nccl_path = fixture / "nccl-env.json"
+    nccl_report = json.loads(nccl_path.read_text()) if nccl_path.exists() else None
+
     class FixtureLiveSource(LiveSource):
+        def nccl_env(self):
+            if self.recording is not None:
+                self.recording.nccl_env = nccl_report
+            return nccl_report
+
         def nvml(self):
             if self.recording is not None:
                 self.recording.set_nvml(*nvml_report)

@@ -353,6 +353,9 @@ class FakeSource:
     def netdevs(self) -> list[Any]:
         return []
 
+    def nccl_env(self) -> dict[str, Any] | None:
+        return None
+
     def proc(self, name: str) -> str | None:
         return None
 

@@ -32,7 +32,7 @@ NAMES = sorted(INDEX)
 # The checks, plus `discovery`: a source that hung is reported (what the checks judged without).
 CHECK_IDS = {"port-state", "link-speed", "pcie-link", "error-counters", "mtu", "pfc-ecn", "gpudirect",
              "gpu-nic-affinity", "nccl-probe", "discovery", "nvlink", "nvswitch-fabric", "kernel-events", "pcie-p2p-path",
-             "transceiver"}
+             "transceiver", "nccl-env"}
 LANE_GBPS = {"SDR": 2.5, "DDR": 5, "QDR": 10, "FDR10": 10, "FDR": 14, "EDR": 25, "HDR": 50, "NDR": 100, "XDR": 200}
 PCIE_GEN = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
 IB_MTUS = (256, 512, 1024, 2048, 4096)
@@ -150,7 +150,7 @@ PERFQUERY_NAMES = {
 def test_index_lists_exactly_the_fixture_directories() -> None:
     directories = sorted(path.name for path in NODES.iterdir() if path.is_dir())
     assert directories == NAMES
-    assert len(NAMES) == 35
+    assert len(NAMES) == 40
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -241,6 +241,7 @@ SYS_RULES: list[tuple[str, str]] = [
     (r"class/infiniband/\w+/ports/1/pkeys/\d+", r"0x(?!0000)[0-9a-f]{4}"),
     (r"class/infiniband/\w+/ports/1/gid_attrs/ndevs/\d+", IF),
     (r"class/infiniband/\w+/ports/1/gid_attrs/types/\d+", r"IB/RoCE v1|RoCE v2"),
+    (r"class/infiniband/\w+/ports/1/gids/\d+", r"[0-9a-f]{4}(:[0-9a-f]{4}){7}"),
     (rf"{FUNCTION}/numa_node", r"-1|\d+"),
     (rf"{FUNCTION}/(current|max)_link_speed", r"(2\.5|5\.0|8\.0|16\.0|32\.0|64\.0) GT/s PCIe"),
     (rf"{FUNCTION}/(current|max)_link_width", r"1|2|4|8|16|32"),
@@ -514,6 +515,12 @@ CHANGED: dict[str, list[str]] = {
     "dgx-h100-iommu-translated": ["sys/kernel/iommu_groups/*/type", "proc/cmdline", "commands/dmesg.out"],
     "dgx-h100-switch-uplink-x8": ["sys/devices/*/0000:5c:00.0/current_link_width"],
     "dgx-h100-module-hot": ["commands/mlxlink-m-mlx5_6.out"],
+    "dgx-h100-nccl-absent-hca": ["nccl-env.json"],
+    "dgx-h100-nccl-prefix-trap": ["nccl-env.json"],
+    "dgx-h100-nccl-no-interface": ["nccl-env.json"],
+    "dgx-h100-nccl-ib-disabled": ["nccl-env.json"],
+    "roce-h100-nccl-gid-no-address": [f"sys/class/infiniband/mlx5_2/ports/1/{kind}/{index}" for index in (2, 3)
+                                      for kind in ("gids", "gid_attrs/ndevs", "gid_attrs/types")],
     "dgx-h100-topo-timeout": ["commands/nvidia-smi-topo-m.*"],
     "dgx-h100-no-ibstat": ["commands/ibstat.*", "commands/iblinkinfo.*", "commands/perfquery-x-*"],
     "dgx-h100-counters-saturated": ["commands/perfquery-x-mlx5_10-1.out",

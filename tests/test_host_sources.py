@@ -42,7 +42,7 @@ def test_every_contract_command_is_one_row_with_a_parser_and_a_joiner() -> None:
 
 def test_readers_have_no_command() -> None:
     readers = {row.name for row in SOURCES if not row.is_command}
-    assert readers == {"sysfs", "netdevs", "nvml"}
+    assert readers == {"sysfs", "netdevs", "nvml", "nccl-env"}
     assert all(SOURCES_BY_NAME[name].parser is None for name in readers)
 
 

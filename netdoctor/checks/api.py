@@ -35,6 +35,7 @@ NEEDS = {
     "kernel-log": "kernel log events of this boot (dmesg / journalctl -k)",
     "transceiver": "each RDMA port's module diagnostics: temperature, bias, optical power and limits (mlxlink -m, ethtool -m)",
     "pcie-tree": "the PCIe bridges above GPUs and NICs: port types, ACS, ATS, IOMMU groups (sysfs, lspci -vvv)",
+    "nccl-env": "NCCL's settings: the environment and NCCL's config files (nccl-env.json)",
 }
 
 

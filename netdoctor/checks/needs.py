@@ -191,6 +191,12 @@ def need_transceiver(inventory: Inventory, probe: ProbeInput) -> Verdict:
     return need_rdma(inventory, probe)
 
 
+def need_nccl_env(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    if inventory.nccl is not None:
+        return None
+    return _unknown_from(inventory, ("nccl-env",), "NCCL's settings are not known")
+
+
 need_ib = _link_layer_need(LinkLayer.INFINIBAND, "InfiniBand")
 need_roce = _link_layer_need(LinkLayer.ETHERNET, "RoCE")
 
@@ -209,6 +215,7 @@ NEED_JUDGES: dict[str, Callable[[Inventory, ProbeInput], Verdict]] = {
     "kernel-log": need_kernel_log,
     "pcie-tree": need_pcie_tree,
     "transceiver": need_transceiver,
+    "nccl-env": need_nccl_env,
 }
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from netdoctor.host.nccl_env import collect_nccl_env
 from netdoctor.host.netdevs import NetdevFacts, collect_netdevs
 from netdoctor.host.nvml import collect_nvml
 from netdoctor.host.runner import run_commands
@@ -70,6 +71,12 @@ class LiveSource:
             if self.recording is not None:
                 self.recording.set_nvml(*self._nvml)
         return self._nvml
+
+    def nccl_env(self) -> dict[str, Any] | None:
+        report = collect_nccl_env()
+        if self.recording is not None:
+            self.recording.nccl_env = report
+        return report
 
     def proc(self, name: str) -> str | None:
         if name not in PROC_FILES:

@@ -26,6 +26,7 @@ class Recording:
         self.nvml: dict[str, Any] | None = None
         self.nvml_status: str | None = None
         self.proc: dict[str, bytes] = {}        # PROC_FILES name -> content, written under proc/
+        self.nccl_env: dict[str, Any] | None = None
 
     def add_proc(self, name: str, data: bytes) -> None:
         with self._lock:

@@ -36,7 +36,7 @@ log = structlog.get_logger(__name__)
 
 SNAPSHOT_FORMAT = "netdoctor.snapshot/1"
 MAX_JSON_BYTES = 16 * 1024 * 1024
-_TOP_LEVEL = ("snapshot.json", "nvml.json", "sys", "commands", "proc")
+_TOP_LEVEL = ("snapshot.json", "nvml.json", "nccl-env.json", "sys", "commands", "proc")
 
 
 def _valid_command_name(name: str) -> bool:
@@ -160,6 +160,11 @@ class SnapshotSource:
             else "no nvml.json in snapshot (no NVIDIA driver)"
         )
 
+        nccl_env = _load_json(self.directory / "nccl-env.json", f"snapshot {self.origin}: nccl-env.json")
+        if nccl_env is not None and not isinstance(nccl_env, dict):
+            raise SnapshotError(f"snapshot {self.origin}: nccl-env.json must hold a JSON object")
+        self._nccl_env: dict[str, Any] | None = nccl_env
+
         sys_directory = self.directory / "sys"
         if sys_directory.exists() and not sys_directory.is_dir():
             raise SnapshotError(f"snapshot {self.origin}: sys is not a directory")
@@ -214,6 +219,9 @@ class SnapshotSource:
 
     def netdevs(self) -> list[NetdevFacts]:
         return collect_netdevs(self.sys, use_netlink=False)
+
+    def nccl_env(self) -> dict[str, Any] | None:
+        return self._nccl_env
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -334,6 +342,8 @@ def _plan(recording: Recording, meta: dict[str, Any]) -> list[tuple[str, str, by
         claim(f"proc/{name}", "file", data)
     if recording.nvml is not None:
         claim("nvml.json", "file", (json.dumps(recording.nvml, indent=1, sort_keys=True) + "\n").encode())
+    if recording.nccl_env is not None:
+        claim("nccl-env.json", "file", (json.dumps(recording.nccl_env, indent=1, sort_keys=True) + "\n").encode())
     claim("snapshot.json", "file", (json.dumps(meta, indent=1) + "\n").encode())
     return [(path, kind, content) for path, (kind, content) in sorted(claims.items(), key=lambda item: item[0].split("/"))]
 

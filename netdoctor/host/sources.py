@@ -79,6 +79,7 @@ SOURCES: tuple[Source, ...] = (
     Source("sysfs"),
     Source("netdevs"),
     Source("nvml", needs=_needs("gpus", "pcie")),
+    Source("nccl-env", needs=_needs("nccl-env")),
     Source("ibstat", ("ibstat",), "netdoctor.parsers.ibstat:parse_ibstat", _RDMA),
     Source("ibv_devinfo-v", ("ibv_devinfo", "-v"), "netdoctor.parsers.ibv_devinfo:parse_ibv_devinfo", _RDMA),
     Source("ibdev2netdev", ("ibdev2netdev",), "netdoctor.parsers.ibdev2netdev:parse_ibdev2netdev", _RDMA),

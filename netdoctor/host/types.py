@@ -121,6 +121,10 @@ class NodeSource(Protocol):
         """The NVML report (nvml.json shape) or None, and a status text (`ok`, `no NVIDIA driver`, error)."""
         ...
 
+    def nccl_env(self) -> dict[str, Any] | None:
+        """NCCL's settings as captured (nccl-env.json shape); None when not recorded."""
+        ...
+
     def netdevs(self) -> list[NetdevFacts]:
         """The network interfaces (netlink on a live node, sysfs in a snapshot)."""
         ...

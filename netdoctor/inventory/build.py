@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from netdoctor.host.sources import Scope
 from netdoctor.host.types import CommandResult, NodeSource
+from netdoctor.inventory.from_nccl_env import read_nccl_env
 from netdoctor.inventory.from_nvml import read_nvml
 from netdoctor.inventory.from_pci import read_pci_tree, read_virtualization
 from netdoctor.inventory.from_sysfs import (
@@ -61,6 +62,8 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
         port_tools = pool.submit(source.run, [job.spec for job in port_jobs], deadline)
         if plan.wants("nvml"):
             read_nvml(draft, wait_until=deadline)
+        if plan.wants("nccl-env"):
+            read_nccl_env(draft)
         if plan.serves("pcie-tree"):
             read_pci_tree(draft)
             read_virtualization(draft)

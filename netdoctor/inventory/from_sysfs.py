@@ -7,11 +7,12 @@ are read as unknown and named in the `sysfs` source's detail.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from netdoctor.errors import NetdoctorError, ParseError
 from netdoctor.inventory.hardware import NVIDIA_GPU_MODELS, NVIDIA_VENDOR, is_nvidia_gpu_function, is_nvswitch_function
 from netdoctor.inventory.merge import Draft, clean, noted, pci, quiet
-from netdoctor.inventory.model import Gpu, Hca, Netdev, PcieLink, PeerMemory, SourceState
+from netdoctor.inventory.model import GID_SLOTS_READ, Gid, Gpu, Hca, LinkLayer, Netdev, PcieLink, PeerMemory, SourceState
 from netdoctor.parsers import sysfs_values
 from netdoctor.parsers.common import link_layer_from_text, normalize_guid
 
@@ -65,6 +66,18 @@ def read_sysfs_port(draft: Draft, hca: Hca, number: int, base: str, problems: li
             pkeys.append(f"0x{pkey:04x}")
     port.pkeys = tuple(pkeys)
     port.netdev = clean(read(f"{base}/gid_attrs/ndevs/0")) or None
+    if port.link_layer is LinkLayer.ETHERNET:
+        port.gids = read_gids(read, base)
+
+
+def read_gids(read: Callable[[str], str | None], base: str) -> dict[int, Gid]:
+    """The port's first GID entries that have a type (an empty slot has none)."""
+    gids: dict[int, Gid] = {}
+    for index in range(GID_SLOTS_READ):
+        kind = clean(read(f"{base}/gid_attrs/types/{index}"))
+        if kind:
+            gids[index] = Gid(kind, clean(read(f"{base}/gids/{index}")))
+    return gids
 
 
 def read_counter_dir(draft: Draft, path: str, problems: list[str]) -> dict[str, int | None]:

@@ -26,6 +26,7 @@ from netdoctor.inventory.fabric_model import (  # noqa: F401  (re-exported)
     PcieLink,
     ServiceState,
 )
+from netdoctor.parsers.nccl_env import NcclSettings
 from netdoctor.vocabulary import LinkLayer, LinkRate, PhysState, PortState, Topology
 
 
@@ -90,6 +91,8 @@ class Port:
     # iblinkinfo: what the link could run at when it runs below it, and the peer.
     could_be: LinkRate | None = None
     peer: str | None = None
+    # RoCE GID table (the first GID_SLOTS_READ entries): index -> (type, address); None: not read.
+    gids: dict[int, Gid] | None = None
     sources: tuple[str, ...] = ()
 
     @property
@@ -99,6 +102,23 @@ class Port:
     @property
     def is_active(self) -> bool:
         return self.state is PortState.ACTIVE
+
+
+# NCCL_IB_GID_INDEX values in use are small (3 on most RoCE v2 clusters); the table has 256.
+GID_SLOTS_READ = 16
+
+
+@dataclass(frozen=True)
+class Gid:
+    """One RoCE GID entry: `RoCE v2` / `IB/RoCE v1` and its address (`::ffff:10.0.0.5` for IPv4)."""
+
+    kind: str | None
+    address: str | None
+
+    @property
+    def has_address(self) -> bool:
+        """A usable entry: not the all-zero address of an empty slot."""
+        return bool(self.address) and set(self.address.replace(":", "")) - {"0"} != set()
 
 
 @dataclass
@@ -236,6 +256,7 @@ class Inventory:
     pci_tree: dict[str, PciPathFunction] | None = None
     virtualization: str | None = None          # "none" on bare metal, else what says it is a VM; None: unknown
     transceivers: dict[str, ModuleDiagnostics] = field(default_factory=dict)   # RDMA port (or netdev) -> module
+    nccl: NcclSettings | None = None           # NCCL's settings (nccl-env); None: not captured
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)
 

@@ -33,6 +33,7 @@ IMPLIED_NEEDS: dict[str, frozenset[str]] = {
     "kernel-log": frozenset({"gpus", "rdma"}),   # to name the GPU or port an event is about
     "pcie-tree": frozenset({"gpus", "rdma"}),    # the tree is read above GPUs and NICs
     "transceiver": frozenset({"rdma"}),
+    "nccl-env": frozenset({"rdma", "gpus", "pcie-tree"}),   # names to check against; GPUDirect and NVLink context
 }
 FABRIC_SCAN_NOT_ASKED = "fabric scan not asked for (--fabric-scan)"
 NOT_NEEDED = "not needed by the selected checks"

@@ -19,7 +19,7 @@ from netdoctor.parsers.common import numbered_lines
 
 SOURCE = "nvidia-smi nvlink -s"
 _GPU = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
-_LINK = re.compile(r"^\s*Link (\d+): (?:([\d.]+) GB/s|<inactive>)\s*$")
+_LINK = re.compile(r"^\s*Link (\d+): (?:(\d+(?:\.\d+)?) GB/s|<inactive>)\s*$")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,161 @@
+"""NCCL's settings as NCCL itself reads them: the environment, then its config files.
+
+Pure: the captured environment and file texts in (`nccl-env.json`, CONTRACT 6.2), typed
+settings out. NCCL (src/misc/param.cc `initEnv`) reads `$NCCL_CONF_FILE` when it is set,
+else `~/.nccl.conf`, then `/etc/nccl.conf`; each line `NAME=value` is set with setenv(...,
+overwrite=0), so the environment wins over the user file, and the user file over
+/etc/nccl.conf. Lines starting with `#` and lines without `=` are skipped; NAME is everything
+before the first `=` and the value everything after it, with no trimming: `NCCL_IB_HCA =
+mlx5_0` sets a variable named `NCCL_IB_HCA ` that NCCL never reads.
+
+Device lists (`NCCL_IB_HCA`, `NCCL_SOCKET_IFNAME`) follow NCCL's `parseStringList` and
+`matchIfList`: a leading `^` excludes, then a leading `=` asks for exact names; entries are
+comma-separated `name[:port]`, and without `=` an entry is a *prefix* (`mlx5_1` also
+selects `mlx5_10` ... `mlx5_17`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from netdoctor.errors import ParseError
+from netdoctor.vocabulary import NCCL_ETC_CONF, nccl_env_kept
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    value: str
+    origin: str                      # "environment" or the config file's path
+
+
+@dataclass(frozen=True)
+class IgnoredLine:
+    """A config-file line NCCL does not apply as its author meant."""
+
+    path: str
+    line_number: int
+    text: str
+    why: str
+
+
+@dataclass(frozen=True)
+class DeviceEntry:
+    name: str                        # a prefix unless the list is exact
+    port: int | None = None          # `:1`; None: any port
+
+
+@dataclass(frozen=True)
+class DeviceFilter:
+    """A parsed `NCCL_IB_HCA` / `NCCL_SOCKET_IFNAME` value."""
+
+    text: str
+    exclude: bool                    # leading `^`
+    exact: bool                      # `=` after the optional `^`
+    entries: tuple[DeviceEntry, ...]
+
+    def entry_matches(self, entry: DeviceEntry, name: str, port: int | None = None) -> bool:
+        named = name == entry.name if self.exact else name.startswith(entry.name)
+        return named and (entry.port is None or port is None or entry.port == port)
+
+    def selects(self, name: str, port: int | None = None) -> bool:
+        """Whether NCCL uses this device (port): matched XOR excluded; an empty list matches all."""
+        matched = not self.entries or any(self.entry_matches(entry, name, port) for entry in self.entries)
+        return matched != self.exclude
+
+
+@dataclass(frozen=True)
+class NcclSettings:
+    """The settings in force (name -> Setting), what was captured, and lines NCCL would not apply."""
+
+    settings: dict[str, Setting] = field(default_factory=dict)
+    files_read: tuple[str, ...] = ()
+    ignored: tuple[IgnoredLine, ...] = ()
+
+    def get(self, name: str) -> Setting | None:
+        return self.settings.get(name)
+
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_nccl_conf(text: str, path: str = NCCL_ETC_CONF) -> tuple[list[tuple[str, str]], list[IgnoredLine]]:
+    """(name, value) pairs in file order as NCCL applies them, and the lines it would not apply."""
+    pairs: list[tuple[str, str]] = []
+    ignored: list[IgnoredLine] = []
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = raw[:-1] if raw.endswith("\r") else raw
+        if not line or line.startswith("#"):
+            continue
+        name, equals, value = line.partition("=")
+        if not equals:
+            if line.strip():
+                ignored.append(IgnoredLine(path, number, line[:200], "no '=': NCCL skips the line"))
+            continue
+        if not _NAME.match(name):
+            why = ("spaces around the name: NCCL sets a variable named " + repr(name) + ", which nothing reads"
+                   if _NAME.match(name.strip()) else "not a variable name: NCCL's setting has no effect")
+            ignored.append(IgnoredLine(path, number, line[:200], why))
+            continue
+        pairs.append((name, value))
+    return pairs, ignored
+
+
+def nccl_settings(environ: Mapping[str, str], files: Mapping[str, str], home: str | None = None) -> NcclSettings:
+    """The settings NCCL would run with, given the environment and the config files captured.
+
+    `files` maps a path to its text (absent files are not in it). The user file is
+    `$NCCL_CONF_FILE` when set and non-empty, else `HOME/.nccl.conf` (HOME from `home`,
+    else any captured `*/.nccl.conf`).
+    """
+    if not isinstance(environ, Mapping) or not isinstance(files, Mapping):
+        raise ParseError("nccl-env", "'environ' and 'files' must be objects")
+    settings: dict[str, Setting] = {}
+    for name, value in environ.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise ParseError("nccl-env", f"environment entry {name!r} is not text")
+        if nccl_env_kept(name):
+            settings[name] = Setting(name, value, "environment")
+    user_file = environ.get("NCCL_CONF_FILE") or None
+    if user_file is None:
+        if home:
+            user_file = home.rstrip("/") + "/.nccl.conf"
+        else:
+            user_file = next((path for path in files if path.endswith("/.nccl.conf")), None)
+    order = [path for path in (user_file, NCCL_ETC_CONF) if path is not None]
+    ignored: list[IgnoredLine] = []
+    read: list[str] = []
+    for path in order:
+        text = files.get(path)
+        if text is None:
+            continue
+        if not isinstance(text, str):
+            raise ParseError("nccl-env", f"file {path!r} is not text")
+        read.append(path)
+        pairs, skipped = parse_nccl_conf(text, path)
+        ignored.extend(skipped)
+        for name, value in pairs:
+            settings.setdefault(name, Setting(name, value, path))     # setenv(..., overwrite=0)
+    return NcclSettings(settings, tuple(read), tuple(ignored))
+
+
+def parse_device_filter(text: str) -> DeviceFilter:
+    """`^=mlx5_0:1,mlx5_3` -> exclude, exact, [(mlx5_0, 1), (mlx5_3, any)], as NCCL reads it."""
+    rest = text
+    exclude = rest.startswith("^")
+    if exclude:
+        rest = rest[1:]
+    exact = rest.startswith("=")
+    if exact:
+        rest = rest[1:]
+    entries = []
+    for item in rest.split(","):
+        name, colon, port = item.partition(":")
+        if not name:
+            continue
+        # NCCL's atoi: leading digits, else 0 (never a real port, so it selects nothing).
+        digits = re.match(r"\s*[+-]?\d+", port) if colon else None
+        entries.append(DeviceEntry(name, int(digits.group()) if digits else (0 if colon else None)))
+    return DeviceFilter(text, exclude, exact, tuple(entries))

@@ -1,0 +1,253 @@
+"""`nccl-env`: NCCL's settings (environment and config files) against the node they run on.
+
+A setting that names a device the node lacks, or turns off a transport the node has, does
+not fail a job: NCCL silently runs slower. `NCCL_IB_HCA=mlx5_9` on a node whose HCAs end at
+mlx5_7 leaves NCCL no InfiniBand device, and it falls back to TCP sockets; `NCCL_IB_HCA=
+mlx5_1` also selects mlx5_10..mlx5_17 (NCCL matches prefixes unless the list starts with
+`=`); `NCCL_IB_GID_INDEX=3` on a RoCE port whose netdev has no IPv4 address gives NCCL a GID
+that does not exist; `NCCL_P2P_DISABLE=1` left over from a debug session sends NVLink
+traffic through host memory. Settings are read as NCCL reads them (netdoctor.parsers.
+nccl_env): the environment wins over `$NCCL_CONF_FILE` or `~/.nccl.conf`, which win over
+`/etc/nccl.conf`. Inside a job, `srun netdoctor check --only nccl-env` judges the job's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from netdoctor.checks import CheckContext, Finding, check
+from netdoctor.inventory.model import GID_SLOTS_READ, Hca, LinkLayer, Port
+from netdoctor.parsers.nccl_env import DeviceFilter, NcclSettings, Setting, parse_device_filter
+
+CHECK_ID = "nccl-env"
+# What NCCL's integer flags read as "on" (strtoll: any non-zero; the usual spellings).
+_TRUE = ("1", "true", "yes", "on")
+
+
+def _origin(setting: Setting) -> str:
+    return f"{setting.name}={setting.value!r} ({'from the environment' if setting.origin == 'environment' else 'in ' + setting.origin})"
+
+
+def _remedy(setting: Setting, fix: str) -> str:
+    where = "where the job's environment sets it" if setting.origin == "environment" else f"in {setting.origin}"
+    return f"{fix} ({where})"
+
+
+@check(CHECK_ID, "NCCL settings (environment, NCCL_CONF_FILE, ~/.nccl.conf, /etc/nccl.conf) against the node: "
+       "NCCL_IB_HCA / NCCL_SOCKET_IFNAME name present, active compute devices without prefix traps, "
+       "NCCL_IB_GID_INDEX names a RoCE v2 GID with an address, no *_DISABLE that cripples a fabric the node has",
+       needs=("nccl-env",), order=85)
+def nccl_env(ctx: CheckContext) -> Iterator[Finding]:
+    inventory = ctx.inventory
+    nccl = inventory.nccl
+    assert nccl is not None      # the needs gate (need_nccl_env) ran first
+    findings = [*_ignored_lines(ctx, nccl), *_disabled_transports(ctx, nccl), *_ib_hca(ctx, nccl),
+                *_socket_ifname(ctx, nccl), *_gid_index(ctx, nccl)]
+    yield from findings
+    if not findings:
+        evidence = {"settings": {name: {"value": setting.value, "origin": setting.origin}
+                                 for name, setting in sorted(nccl.settings.items())},
+                    "files_read": list(nccl.files_read)}
+        if nccl.settings:
+            yield ctx.passed("node", f"{len(nccl.settings)} NCCL setting(s) fit the node", evidence=evidence)
+        else:
+            yield ctx.passed("node", "no NCCL settings: NCCL's defaults (every active RDMA device, GPUDirect where "
+                             "the topology allows)", evidence=evidence)
+
+
+def _ignored_lines(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
+    for line in nccl.ignored:
+        yield ctx.graded(ctx.severity("ignored_line_severity"), f"{line.path}:{line.line_number}",
+                         f"{line.path} line {line.line_number} {line.text!r} is not applied by NCCL: {line.why}",
+                         remedy="write NAME=value with no spaces around '='", rule="ignored_line_severity")
+
+
+def _compute_ports(ctx: CheckContext) -> list[tuple[Hca, Port]]:
+    return [(hca, port) for hca, port, port_class in ctx.pack.classified_ports(ctx.inventory)
+            if port_class is None or port_class.role == "compute"]
+
+
+def _flag(nccl: NcclSettings, name: str) -> Setting | None:
+    """The setting when it turns its flag on (NCCL reads an integer: anything but 0)."""
+    setting = nccl.get(name)
+    if setting is None:
+        return None
+    text = setting.value.strip().lower()
+    try:
+        return setting if int(text, 0) != 0 else None
+    except ValueError:
+        return setting if text in _TRUE else None
+
+
+def _disabled_transports(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
+    inventory = ctx.inventory
+    active_rdma = [port.name for _, port in _compute_ports(ctx) if port.is_active]
+    gpus = len(inventory.gpus)
+    nvlink = any(gpu.nvlinks or gpu.nvlink_total for gpu in inventory.gpus)
+    if active_rdma and (setting := _flag(nccl, "NCCL_IB_DISABLE")):
+        yield ctx.graded(ctx.severity("ib_disable_severity"), setting.name,
+                         f"{_origin(setting)} turns off NCCL's InfiniBand/RoCE transport on a node with "
+                         f"{len(active_rdma)} active compute RDMA port(s): inter-node traffic goes over TCP sockets",
+                         evidence={"active_compute_ports": active_rdma}, rule="ib_disable_severity",
+                         remedy=_remedy(setting, "remove NCCL_IB_DISABLE"))
+    net = nccl.get("NCCL_NET")
+    if active_rdma and net is not None and net.value.strip().lower() == "socket":
+        yield ctx.graded(ctx.severity("net_socket_severity"), net.name,
+                         f"{_origin(net)} forces NCCL onto TCP sockets on a node with {len(active_rdma)} active "
+                         "compute RDMA port(s)", evidence={"active_compute_ports": active_rdma},
+                         rule="net_socket_severity", remedy=_remedy(net, "remove NCCL_NET (or set it to IB)"))
+    level = nccl.get("NCCL_NET_GDR_LEVEL")
+    if active_rdma and gpus and level is not None and level.value.strip().upper() in ("LOC", "0"):
+        yield ctx.graded(ctx.severity("gdr_disabled_severity"), level.name,
+                         f"{_origin(level)} turns GPUDirect RDMA off: every inter-node transfer is staged "
+                         "through host memory", rule="gdr_disabled_severity",
+                         remedy=_remedy(level, "remove NCCL_NET_GDR_LEVEL (NCCL picks it from the topology)"))
+    if gpus >= 2:
+        p2p = _flag(nccl, "NCCL_P2P_DISABLE") or (
+            level_setting if (level_setting := nccl.get("NCCL_P2P_LEVEL")) is not None
+            and level_setting.value.strip().upper() in ("LOC", "0") else None)
+        if p2p is not None:
+            path = "NVLink" if nvlink else "PCIe peer-to-peer"
+            yield ctx.graded(ctx.severity("p2p_disable_severity"), p2p.name,
+                             f"{_origin(p2p)} turns off GPU peer-to-peer: traffic between the node's {gpus} GPUs "
+                             f"goes through host memory instead of {path}", rule="p2p_disable_severity",
+                             remedy=_remedy(p2p, f"remove {p2p.name}"))
+        if setting := _flag(nccl, "NCCL_SHM_DISABLE"):
+            yield ctx.graded(ctx.severity("shm_disable_severity"), setting.name,
+                             f"{_origin(setting)} turns off NCCL's shared-memory transport: GPUs without a "
+                             "peer-to-peer path fall back to the network", rule="shm_disable_severity",
+                             remedy=_remedy(setting, "remove NCCL_SHM_DISABLE"))
+
+
+def _ib_hca(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
+    setting = nccl.get("NCCL_IB_HCA")
+    inventory = ctx.inventory
+    if setting is None or not inventory.hcas:
+        return
+    selection = parse_device_filter(setting.value)
+    names = sorted((hca.name for hca in inventory.hcas), key=lambda name: (len(name), name))
+    verb = "excludes" if selection.exclude else "selects"
+    for entry in selection.entries:
+        matched = [name for name in names if selection.entry_matches(entry, name)]
+        shown = entry.name + (f":{entry.port}" if entry.port is not None else "")
+        if not matched and not selection.exclude:
+            yield ctx.graded(ctx.severity("absent_device_severity"), setting.name,
+                             f"{_origin(setting)}: entry {shown!r} names no RDMA device of this node "
+                             f"({', '.join(names)})", evidence={"devices": names}, rule="absent_device_severity",
+                             remedy=_remedy(setting, "name the node's devices (ibdev2netdev lists them)"))
+        elif entry.name in names and len(matched) > 1:
+            extra = [name for name in matched if name != entry.name]
+            exact = ("^=" if selection.exclude else "=") + setting.value.lstrip("^=")
+            yield ctx.graded(ctx.severity("prefix_trap_severity"), setting.name,
+                             f"{_origin(setting)}: entry {shown!r} also {verb} {', '.join(extra)} (NCCL "
+                             "matches prefixes unless the list starts with '=')",
+                             evidence={f"also_{'excluded' if selection.exclude else 'selected'}": extra},
+                             rule="prefix_trap_severity", remedy=_remedy(setting, f"write NCCL_IB_HCA='{exact}'"))
+    yield from _ib_hca_coverage(ctx, setting, selection)
+
+
+def _ib_hca_coverage(ctx: CheckContext, setting: Setting, selection: DeviceFilter) -> Iterator[Finding]:
+    """What the list selects: no usable port at all, ports that are down, compute ports left out, others pulled in."""
+    compute = {port.name for _, port in _compute_ports(ctx)}
+    selected = [(hca, port) for hca in ctx.inventory.hcas for port in hca.ports.values()
+                if selection.selects(hca.name, port.number)]
+    usable = [port.name for _, port in selected if port.is_active and port.name in compute]
+    if not usable:
+        if selection.exclude or any(selected):
+            yield ctx.graded(ctx.severity("absent_device_severity"), setting.name,
+                             f"{_origin(setting)} leaves NCCL no active compute RDMA port: inter-node traffic "
+                             "falls back to TCP sockets", evidence={"selected": [port.name for _, port in selected]},
+                             rule="absent_device_severity", remedy=_remedy(setting, "select the active compute ports"))
+        return
+    down = [port.name for _, port in selected if port.name in compute and not port.is_active]
+    if down:
+        yield ctx.graded(ctx.severity("inactive_device_severity"), setting.name,
+                         f"{_origin(setting)} selects {', '.join(down)}, which {'is' if len(down) == 1 else 'are'} "
+                         "not ACTIVE: NCCL skips them and runs on fewer rails", evidence={"not_active": down},
+                         rule="inactive_device_severity", remedy="bring the port up (port-state says why it is down)")
+    left_out = sorted(name for name in compute if name not in {port.name for _, port in selected}
+                      and (port := ctx.inventory.port(name)) is not None and port.is_active)
+    if left_out:
+        yield ctx.graded(ctx.severity("unselected_compute_severity"), setting.name,
+                         f"{_origin(setting)} leaves out {len(left_out)} of {len(compute)} compute port(s) "
+                         f"({', '.join(left_out)}): jobs run on {len(usable)} rail(s)",
+                         evidence={"left_out": left_out, "used": usable}, rule="unselected_compute_severity",
+                         remedy=_remedy(setting, "list every compute port (or unset NCCL_IB_HCA)"))
+    other = [port.name for _, port in selected if port.name not in compute]
+    if other:
+        yield ctx.graded(ctx.severity("non_compute_selected_severity"), setting.name,
+                         f"{_origin(setting)} also selects {', '.join(other)}, which the rule pack classes as "
+                         "not compute (storage or management): NCCL will put job traffic on them",
+                         evidence={"not_compute": other}, rule="non_compute_selected_severity",
+                         remedy=_remedy(setting, "use '=' with exact names, or exclude them with '^'"))
+
+
+def _socket_ifname(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
+    setting = nccl.get("NCCL_SOCKET_IFNAME")
+    if setting is None:
+        return
+    selection = parse_device_filter(setting.value)
+    netdevs = {netdev.name: netdev for netdev in ctx.inventory.netdevs}
+    selected = [name for name in sorted(netdevs) if selection.selects(name)]
+    up = [name for name in selected if netdevs[name].operstate == "up"]
+    if not up:
+        state = (f"{', '.join(selected)} {'is' if len(selected) == 1 else 'are'} not up" if selected
+                 else f"it matches none of {', '.join(sorted(netdevs)) or 'no interfaces'}")
+        yield ctx.graded(ctx.severity("socket_ifname_severity"), setting.name,
+                         f"{_origin(setting)} gives NCCL no usable interface ({state}): NCCL's bootstrap "
+                         "fails and jobs do not start", evidence={"selected": selected}, rule="socket_ifname_severity",
+                         remedy=_remedy(setting, "name an interface that is up (ip -br link)"))
+        return
+    if not selection.exclude:
+        missing = [entry.name for entry in selection.entries
+                   if not any(selection.entry_matches(entry, name) for name in netdevs)]
+        if missing:
+            yield ctx.graded(ctx.severity("socket_ifname_entry_severity"), setting.name,
+                             f"{_origin(setting)}: {', '.join(repr(name) for name in missing)} match(es) no "
+                             f"interface of this node; NCCL uses {', '.join(up)}", rule="socket_ifname_entry_severity",
+                             remedy=_remedy(setting, "drop the names this node does not have"))
+
+
+def _gid_index(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
+    setting = nccl.get("NCCL_IB_GID_INDEX")
+    if setting is None:
+        return
+    try:
+        index = int(setting.value.strip(), 0)
+    except ValueError:
+        yield ctx.graded(ctx.severity("gid_index_severity"), setting.name,
+                         f"{_origin(setting)} is not a number: NCCL ignores it", rule="gid_index_severity",
+                         remedy=_remedy(setting, "set a number (3 is RoCE v2 over IPv4 on most nodes)"))
+        return
+    if index < 0:
+        return                    # -1: NCCL picks a RoCE v2 GID itself (NCCL >= 2.21)
+    selection = parse_device_filter(nccl.get("NCCL_IB_HCA").value) if nccl.get("NCCL_IB_HCA") else None
+    for _, port in _compute_ports(ctx):
+        if port.link_layer is not LinkLayer.ETHERNET or not port.is_active:
+            continue
+        if selection is not None and not selection.selects(port.hca, port.number):
+            continue
+        yield from _judge_gid(ctx, setting, index, port)
+
+
+def _judge_gid(ctx: CheckContext, setting: Setting, index: int, port: Port) -> Iterator[Finding]:
+    netdev = f" (netdev {port.netdev})" if port.netdev else ""
+    if port.gids is None or index >= GID_SLOTS_READ:
+        yield ctx.unknown(port.name, f"{_origin(setting)}: the GID table of {port.name} was not read "
+                          f"(netdoctor reads the first {GID_SLOTS_READ} entries)")
+        return
+    gid = port.gids.get(index)
+    if gid is None or not gid.has_address:
+        present = ", ".join(f"{number}: {entry.kind}" for number, entry in sorted(port.gids.items()) if entry.has_address)
+        yield ctx.graded(ctx.severity("gid_index_severity"), port.name,
+                         f"{_origin(setting)}: {port.name}{netdev} has no GID at index {index} (present: "
+                         f"{present or 'none'}); NCCL cannot create queue pairs on it",
+                         evidence={"gids": {number: [entry.kind, entry.address] for number, entry in port.gids.items()}},
+                         rule="gid_index_severity",
+                         remedy=f"give {port.netdev or 'the netdev'} its IPv4 address (the RoCE v2 IPv4 GID appears "
+                                "with it), or set NCCL_IB_GID_INDEX to a RoCE v2 entry (show_gids lists them)")
+    elif gid.kind != "RoCE v2":
+        yield ctx.graded(ctx.severity("gid_v1_severity"), port.name,
+                         f"{_origin(setting)}: GID {index} of {port.name}{netdev} is {gid.kind}, not RoCE v2: "
+                         "the traffic is not routable across an L3 fabric and misses DSCP-based PFC/ECN",
+                         rule="gid_v1_severity", remedy="set NCCL_IB_GID_INDEX to a RoCE v2 entry (show_gids lists them)")
