@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import structlog
 
@@ -31,9 +30,10 @@ from netdoctor.errors import NetdoctorError, UsageError
 from netdoctor.host.types import NodeSource
 from netdoctor.inventory.model import Inventory, SourceState
 from netdoctor.inventory.queries import versions
-from netdoctor.probe.result import ProbeNotRun, ProbeRequest, ProbeResult
+from netdoctor.probe.result import MIN_PROBE_BUDGET_S
+from netdoctor.traffic import not_run, probe_checks, run_allreduce, run_nic_loopback
 from netdoctor.report.model import Finding, Grade, Report, Status, grade_of
-from netdoctor.util import utc_now_iso
+from netdoctor.util import DeadlineExceeded, call_with_deadline, utc_now_iso
 
 log = structlog.get_logger(__name__)
 
@@ -105,36 +105,8 @@ def live_sys_root(env: Mapping[str, str] | None = None) -> str:
     return environment.get(SYSFS_ROOT_ENV) or "/sys"
 
 
-class _Timeout(Exception):
-    pass
-
-
 class DiscoveryTimeout(NetdoctorError):
     """Discovery (a tool, NVML, sysfs) did not finish before its deadline."""
-
-
-def _call_with_deadline(name: str, function: Callable[[], T], wait_until: float) -> T:
-    """Run `function` in a daemon thread; give up waiting at `wait_until` (monotonic).
-
-    A daemon thread because a hung NVML call or tool read cannot be interrupted: we stop
-    waiting for it, and the process exits without joining it.
-    """
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = function()
-        except BaseException as error:  # handed to the caller's thread below
-            box["error"] = error
-
-    worker = threading.Thread(target=target, name=name, daemon=True)
-    worker.start()
-    worker.join(timeout=max(0.0, wait_until - time.monotonic()))
-    if worker.is_alive():
-        raise _Timeout(name)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
 
 
 def _load_plugins(plugin_dirs: tuple[Path, ...], wait_s: float) -> Registry:
@@ -146,8 +118,8 @@ def _load_plugins(plugin_dirs: tuple[Path, ...], wait_s: float) -> Registry:
     if not third_party_configured(plugin_dirs):
         return builtins
     try:
-        return _call_with_deadline("plugin loading", lambda: load_registry(plugin_dirs), time.monotonic() + wait_s)
-    except _Timeout:
+        return call_with_deadline("plugin loading", lambda: load_registry(plugin_dirs), time.monotonic() + wait_s)
+    except DeadlineExceeded:
         log.warning("third-party plugins did not finish loading", wait_s=wait_s)
         builtins.problem("plugins", f"third-party plugins did not finish loading within {wait_s:.1f} s "
                                     f"(an import that hangs{machine_load() and ', or' + machine_load()[1:]}); "
@@ -167,10 +139,10 @@ def discover(source: NodeSource, *, deadline: float, fabric_scan: bool | None = 
         # Tools are killed and NVML given up at `deadline`; what answered is still parsed and
         # judged in the grace after it. Only a source that hangs outside those bounds (a
         # stuck sysfs read) or a starved machine ends discovery without an inventory.
-        return _call_with_deadline(
+        return call_with_deadline(
             "discovery", lambda: build_inventory(source, deadline=deadline, fabric_scan=fabric_scan, needs=needs),
             deadline + grace_s)
-    except _Timeout:
+    except DeadlineExceeded:
         raise DiscoveryTimeout(f"discovery did not finish before the deadline{machine_load()}") from None
 
 
@@ -211,7 +183,9 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         registry = _load_plugins(options.plugin_dirs, load_s)
     only = options.only or (probe_checks(registry) if options.probe_only else ())
     selected = select_checks(registry, only, options.skip)   # usage errors before any work
-    wants_probe = not options.no_probe and any("probe" in check.needs for check in selected)
+    wants_allreduce = not options.no_probe and any("probe" in check.needs for check in selected)
+    wants_loopback = not options.no_probe and any("loopback" in check.needs for check in selected)
+    wants_probe = wants_allreduce or wants_loopback
     total_s = options.deadline_s if options.deadline_s is not None else (
         DEFAULT_DEADLINE_WITH_PROBE_S if wants_probe else DEFAULT_DEADLINE_S)
     if not total_s > 0:
@@ -251,11 +225,19 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         if options.probe_budget_s is not None:
             probe_deadline = time.monotonic() + options.probe_budget_s
             deadline = probe_deadline + reserve_s
-        probe_for_checks, probe_report = _probe(options, inventory, wants_probe, probe_deadline,
-                                                is_snapshot=node.is_snapshot,
-                                                pass_fraction=float(pack.section("nccl-probe")["pass_fraction"]))
+        # Both traffic steps: the all-reduce takes half the probe's share, the loopback the rest.
+        allreduce_deadline = probe_deadline if not wants_loopback else \
+            time.monotonic() + max((probe_deadline - time.monotonic()) / 2, MIN_PROBE_BUDGET_S)
+        probe_for_checks, probe_report = not_run(options.no_probe, wants_allreduce, node.is_snapshot), None
+        if probe_for_checks is None:
+            probe_for_checks, probe_report = run_allreduce(
+                inventory, allreduce_deadline, budget_s=options.probe_budget_s, gpus=options.probe_gpus,
+                engine=options.probe_engine, pass_fraction=float(pack.section("nccl-probe")["pass_fraction"]),
+                debug=options.debug)
+        loopback = not_run(options.no_probe, wants_loopback, node.is_snapshot) or run_nic_loopback(
+            inventory, pack, probe_deadline, env=None, tool_path=getattr(node, "path_env", None), debug=options.debug)
         findings, outcomes = run_checks(inventory, pack, registry, only=only, skip=options.skip,
-                                        history=history, probe=probe_for_checks,
+                                        history=history, probe=probe_for_checks, loopback=loopback,
                                         deadline=deadline - reserve_s / 2, debug=options.debug)
     findings = registry.problem_findings() + history_notes + timed_out_sources(inventory) + findings
     # `netdoctor probe`: whatever the pack requires, the probe's `unknown` (nothing measured)
@@ -342,50 +324,3 @@ def counter_history(options: CheckOptions, inventory: Inventory, env: Mapping[st
 def _history_note(why: str, source: Path) -> Finding:
     return Finding(COUNTER_HISTORY, Status.UNKNOWN, "node", f"{why}; counter growth not judged",
                    evidence={"history_source": str(source)})
-
-
-def probe_checks(registry: Registry) -> tuple[str, ...]:
-    """The ids of the checks that judge the probe (those whose needs include "probe")."""
-    return tuple(check.id for check in registry.checks() if "probe" in check.needs)
-
-
-def _probe(options: CheckOptions, inventory: Inventory, wants_probe: bool, deadline: float, *,
-           is_snapshot: bool, pass_fraction: float) -> tuple[ProbeResult | ProbeNotRun, dict[str, Any] | None]:
-    """(what the checks see, what the report carries): the report's `probe` only when it ran.
-
-    Below `pass_fraction` of the expected bus bandwidth the probe spends what is left of
-    its budget naming the slow GPU or link. Its processes run through netdoctor.host.runner.
-    """
-    if not wants_probe:
-        return ProbeNotRun("--no-probe" if options.no_probe else "no selected check needs it"), None
-    if is_snapshot:
-        return ProbeNotRun("a snapshot is judged; the probe runs only on a live node"), None
-    if not inventory.gpus:
-        return ProbeNotRun("no NVIDIA GPUs"), None
-    budget_s = deadline - time.monotonic()
-    if budget_s < 1.0 and options.probe_budget_s is None:
-        return ProbeNotRun(f"no time left for the probe ({budget_s:.1f} s)", unknown=True), None
-    nvml = inventory.source("nvml")
-    try:
-        from netdoctor.probe import run_probe
-        from netdoctor.probe.engine import gpu_links_of
-    except ImportError as error:
-        missing = ProbeNotRun(f"the NCCL probe is not available: {error}", unknown=True)
-        return missing, missing.to_json()
-    request = ProbeRequest(budget_s=options.probe_budget_s or budget_s, pass_fraction=pass_fraction,
-                           gpus=options.probe_gpus, engine=options.probe_engine,
-                           gpu_links=gpu_links_of(inventory.gpus) if nvml.usable else ())
-    node_gpus = tuple(gpu.index for gpu in inventory.gpus) if nvml.usable else None
-    try:
-        result = _call_with_deadline("nccl-probe", lambda: run_probe(request, node_gpus=node_gpus), deadline + 0.5)
-    except _Timeout:
-        hung = ProbeNotRun(f"the probe did not finish within {request.budget_s:.1f} s", unknown=True)
-        return hung, hung.to_json()
-    except Exception as error:
-        if options.debug:
-            raise
-        failed = ProbeNotRun(f"probe failed: {type(error).__name__}: {error}", unknown=True)
-        return failed, failed.to_json()
-    if result.reason_code == "bad-gpus" and options.probe_gpus is not None:
-        raise UsageError(f"--gpus {','.join(map(str, options.probe_gpus))!r}: {result.reason}")
-    return result, result.to_json()

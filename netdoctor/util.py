@@ -6,7 +6,13 @@ import datetime as dt
 import importlib
 import re
 import sys
+import threading
+import time
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 # A PCI function address as sysfs spells it: domain:bus:device.function, lower-case hex.
 PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -82,3 +88,31 @@ def duration_text(seconds: float) -> str:
     if seconds >= 90:
         return f"{seconds / 60:.0f} min"
     return f"{seconds:.0f} s"
+
+
+class DeadlineExceeded(Exception):
+    """call_with_deadline stopped waiting."""
+
+
+def call_with_deadline(name: str, function: Callable[[], T], wait_until: float) -> T:
+    """Run `function` in a daemon thread; give up waiting at `wait_until` (monotonic).
+
+    A daemon thread because a hung NVML call or tool read cannot be interrupted: we stop
+    waiting for it, and the process exits without joining it.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = function()
+        except BaseException as error:  # handed to the caller's thread below
+            box["error"] = error
+
+    worker = threading.Thread(target=target, name=name, daemon=True)
+    worker.start()
+    worker.join(timeout=max(0.0, wait_until - time.monotonic()))
+    if worker.is_alive():
+        raise DeadlineExceeded(name)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

@@ -18,6 +18,7 @@ from netdoctor.checks.needs import NEED_JUDGES, gate
 from netdoctor.checks.registry import Registry, builtin_check_order
 from netdoctor.errors import UsageError
 from netdoctor.host.types import CommandResult, CommandSpec, CommandState
+from netdoctor.parsers.nccl_env import NcclSettings
 from netdoctor.inventory.model import (
     Gpu,
     GpuFabric,
@@ -105,6 +106,7 @@ def _full_inventory() -> Inventory:
         pcie={"0000:18:00.0": link},
         pci_tree={"0000:18:00.0": PciPathFunction("0000:18:00.0")},
         transceivers={"mlx5_0:1": ModuleDiagnostics("mlxlink", "OSFP")},
+        nccl=NcclSettings(),
         topology=Topology(gpus=("GPU0",), nics=("NIC0",), links={("GPU0", "NIC0"): "PIX"}),
         sources={name: SourceStatus(name, SourceState.OK) for name in ("sysfs", "nvml", "ibstat", "nvidia-smi-topo-m")},
     )

@@ -43,6 +43,7 @@ from netdoctor.probe.result import ProbeResult
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import GpuFabric, Inventory, NvLink, ServiceState, SourceState, SourceStatus
 from netdoctor.packs import RulePack, bundled_packs, load_rules
+from netdoctor.probe.loopback import LoopbackResult, Rail, RailResult
 from netdoctor.run import discover, open_source
 
 TESTS = Path(__file__).parent
@@ -156,6 +157,23 @@ def probe_results() -> list[ProbeResult]:
     return [ProbeResult.from_json(shape) for shape in shapes]
 
 
+def loopback_results(inventory: Inventory) -> list[LoopbackResult]:
+    """NIC loopback outcomes over the inventory's active ports: at line rate, slow, one rail at half
+    its siblings, GPUDirect not used, sockets, a timeout; and no engine at all."""
+    rails = tuple(Rail(port.name, port.hca, port.number, 0, "PIX in nvidia-smi topo -m", 400.0)
+                  for port in inventory.ports if port.is_active)
+    def results(bandwidth: float, **first: object) -> tuple[RailResult, ...]:
+        return tuple(RailResult(rail.port, 0, "nccl", "ok", bandwidth_gbps=bandwidth, transport="NET/IB/GDRDMA", gdr=True)
+                     if position else replace(RailResult(rail.port, 0, "nccl", "ok", bandwidth_gbps=bandwidth / 2,
+                                                         transport="NET/IB/GDRDMA", gdr=True), **first)
+                     for position, rail in enumerate(rails))
+    return [LoopbackResult("nccl", results(380.0), requested=rails), LoopbackResult("nccl", results(300.0), requested=rails),
+            LoopbackResult("nccl", results(380.0, transport="NET/IB", gdr=False), requested=rails),
+            LoopbackResult("nccl", results(380.0, transport="NET/Socket", gdr=False), requested=rails),
+            LoopbackResult("nccl", results(380.0, status="timeout", reason="killed"), requested=rails),
+            LoopbackResult(None, skipped="no traffic engine", requested=rails)]
+
+
 @pytest.fixture(scope="module")
 def recorded_reads() -> dict[str, set[str]]:
     asked: dict[str, set[str]] = {}
@@ -168,11 +186,13 @@ def recorded_reads() -> dict[str, set[str]]:
         for inventory, history in runs:
             for check in checks:
                 probes: list[ProbeResult | None] = probe_results() if "probe" in check.needs else [None]
-                for probe in probes:
-                    if gate(check, inventory, probe) is not None:
+                loopbacks = loopback_results(inventory) if "loopback" in check.needs else [None]
+                for probe, loopback in [(probe, loopback) for probe in probes for loopback in loopbacks]:
+                    if gate(check, inventory, probe, loopback) is not None:
                         continue
                     try:
-                        list(check.function(CheckContext(check.id, inventory, pack, history=history, probe=probe)))
+                        list(check.function(CheckContext(check.id, inventory, pack, history=history, probe=probe,
+                                                         loopback=loopback)))
                     except RulesError:
                         pass     # a key the pack lacks: recorded, and reported by the tests below
     return asked

@@ -33,6 +33,7 @@ from netdoctor.parsers.kernel_log import parse_kernel_log
 from netdoctor.parsers.nccl import parse_nccl_log
 from netdoctor.parsers.nccl_env import parse_device_filter, parse_nccl_conf
 from netdoctor.parsers.nccl_tests import parse_nccl_tests
+from netdoctor.parsers.perftest import parse_perftest_bw
 from netdoctor.parsers.nvidia_smi_nvlink import parse_nvidia_smi_nvlink_status
 from netdoctor.parsers.systemctl import parse_systemctl_show
 from netdoctor.parsers.lspci import parse_lspci_vvv
@@ -82,6 +83,7 @@ PARSERS: dict[str, tuple[Callable[[str], Any], list[str]]] = {
     "mlxlink": (parse_mlxlink_module, _samples("mlxlink")),
     "ethtool-m": (parse_ethtool_module, _samples("ethtool-m")),
     "nccl-conf": (parse_nccl_conf, _samples("nccl-conf")),
+    "perftest": (parse_perftest_bw, _samples("perftest")),
     # Each value of the real settings, as NCCL_IB_HCA / NCCL_SOCKET_IFNAME would carry it.
     "nccl-device-filter": (parse_device_filter, [line.partition("=")[2] for sample in _samples("nccl-conf")
                                                  for line in sample.splitlines() if "=" in line]),

@@ -279,14 +279,14 @@ def test_worker_group_dies_with_netdoctor_when_the_caller_gave_up(tmp_path: Path
         fake.NVMLError = type("NVMLError", (Exception,), {{}})
         fake.nvmlInit = lambda: time.sleep(600)
         sys.modules["pynvml"] = fake
-        from netdoctor import run
+        from netdoctor import util
         from netdoctor.probe import dispatch, nccl_worker
         from netdoctor.probe.result import ProbeRequest
         nccl_worker.WORKER = Path({str(worker_script)!r})
         try:
-            run._call_with_deadline("nccl-probe", lambda: dispatch.run_probe(ProbeRequest(60.0, 0.8, gpus=(0, 1))),
+            util.call_with_deadline("nccl-probe", lambda: dispatch.run_probe(ProbeRequest(60.0, 0.8, gpus=(0, 1))),
                                     time.monotonic() + 2.0)
-        except run._Timeout:
+        except util.DeadlineExceeded:
             print("gave up waiting", flush=True)
     """)
     completed = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60,

@@ -86,7 +86,7 @@ def test_builtin_plugins_load_and_are_in_order() -> None:
     # The order reports have always listed the built-ins in, now declared on each check.
     assert ids == ["port-state", "link-speed", "transceiver", "pcie-link", "error-counters", "mtu", "pfc-ecn",
                    "gpudirect", "nvlink", "nvswitch-fabric", "pcie-p2p-path", "gpu-nic-affinity", "nccl-env", "nccl-probe",
-                   "kernel-events", "gpu-driver"]
+                   "nic-loopback", "kernel-events", "gpu-driver"]
     orders = [check.order for check in registry]
     assert None not in orders and len(set(orders)) == len(orders)
     assert builtin_check_order() == tuple(ids)

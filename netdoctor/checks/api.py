@@ -36,6 +36,7 @@ NEEDS = {
     "transceiver": "each RDMA port's module diagnostics: temperature, bias, optical power and limits (mlxlink -m, ethtool -m)",
     "pcie-tree": "the PCIe bridges above GPUs and NICs: port types, ACS, ATS, IOMMU groups (sysfs, lspci -vvv)",
     "nccl-env": "NCCL's settings: the environment and NCCL's config files (nccl-env.json)",
+    "loopback": "traffic through each compute NIC, GPU memory to GPU memory (the NIC loopback)",
 }
 
 
@@ -101,6 +102,7 @@ class CheckContext:
     pack: RulePack
     history: CounterHistory | None = None
     probe: ProbeResult | ProbeNotRun | None = None   # the probe checks' input (need_probe)
+    loopback: Any = None      # nic-loopback's input (need_loopback): netdoctor.probe.loopback.LoopbackResult or ProbeNotRun
     rules: Mapping[str, Any] = field(init=False)
 
     def __post_init__(self) -> None:

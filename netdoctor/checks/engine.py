@@ -84,7 +84,7 @@ def _worst(findings: list[Finding]) -> Status:
 
 def run_checks(inventory: Inventory, pack: RulePack, registry: Registry, *,
                only: Sequence[str] | None = None, skip: Sequence[str] | None = None,
-               history: CounterHistory | None = None, probe: ProbeInput = None,
+               history: CounterHistory | None = None, probe: ProbeInput = None, loopback: ProbeInput = None,
                deadline: float, debug: bool = False) -> tuple[list[Finding], list[CheckOutcome]]:
     """Run the selected checks; findings in registry order, plus one outcome per check.
 
@@ -95,12 +95,12 @@ def run_checks(inventory: Inventory, pack: RulePack, registry: Registry, *,
     envelopes: list[_Envelope] = []
     gated: dict[str, Finding] = {}
     for check in selected:
-        verdict = gate(check, inventory, probe)
+        verdict = gate(check, inventory, probe, loopback)
         if verdict is not None:
             status, reason, need = verdict
             gated[check.id] = Finding(check.id, status, "node", reason, evidence={"need": need})
             continue
-        context = CheckContext(check.id, inventory, pack, history=history, probe=probe)
+        context = CheckContext(check.id, inventory, pack, history=history, probe=probe, loopback=loopback)
         envelope = _Envelope(check, started=time.monotonic())
         worker = threading.Thread(target=envelope.run, args=(context,), name=f"check:{check.id}", daemon=True)
         envelopes.append(envelope)

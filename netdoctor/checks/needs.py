@@ -131,15 +131,19 @@ def need_qos(inventory: Inventory, probe: ProbeInput) -> Verdict:
     return (Status.UNKNOWN, "no PFC/trust settings for the RoCE netdevs (mlnx_qos was not run)")
 
 
-def need_probe(inventory: Inventory, probe: ProbeInput) -> Verdict:
+def need_probe(inventory: Inventory, probe: ProbeInput, what: str = "the NCCL probe") -> Verdict:
     """The probe's outcome: None (not run), ProbeNotRun (not run, or no result: why), or a result."""
     if probe is None:
-        return (Status.SKIP, "the NCCL probe was not run")
+        return (Status.SKIP, f"{what} was not run")
     if isinstance(probe, ProbeNotRun):
         if probe.unknown:
-            return (Status.UNKNOWN, f"the NCCL probe did not give a result: {probe.reason}")
-        return (Status.SKIP, f"the NCCL probe was not run: {probe.reason}")
+            return (Status.UNKNOWN, f"{what} did not give a result: {probe.reason}")
+        return (Status.SKIP, f"{what} was not run: {probe.reason}")
     return None
+
+
+def need_loopback(inventory: Inventory, loopback: ProbeInput) -> Verdict:
+    return need_probe(inventory, loopback, "the NIC loopback")
 
 
 def _unknown_from(inventory: Inventory, names: tuple[str, ...], what: str) -> Verdict:
@@ -216,10 +220,12 @@ NEED_JUDGES: dict[str, Callable[[Inventory, ProbeInput], Verdict]] = {
     "pcie-tree": need_pcie_tree,
     "transceiver": need_transceiver,
     "nccl-env": need_nccl_env,
+    "loopback": need_loopback,
 }
 
 
-def gate(check: Check, inventory: Inventory, probe: ProbeInput = None) -> tuple[Status, str, str] | None:
+def gate(check: Check, inventory: Inventory, probe: ProbeInput = None,
+         loopback: ProbeInput = None) -> tuple[Status, str, str] | None:
     """None when every need of `check` is available, else (status, reason, need).
 
     A need that is not applicable (skip) wins over one that is unknown: a check whose
@@ -227,7 +233,8 @@ def gate(check: Check, inventory: Inventory, probe: ProbeInput = None) -> tuple[
     """
     unknown: tuple[Status, str, str] | None = None
     for need in check.needs:
-        verdict = NEED_JUDGES[need](inventory, probe)
+        # The loopback is the one need judged from its own traffic result.
+        verdict = NEED_JUDGES[need](inventory, loopback if need == "loopback" else probe)
         if verdict is None:
             continue
         if verdict[0] is Status.SKIP:

@@ -33,7 +33,8 @@ IMPLIED_NEEDS: dict[str, frozenset[str]] = {
     "kernel-log": frozenset({"gpus", "rdma"}),   # to name the GPU or port an event is about
     "pcie-tree": frozenset({"gpus", "rdma"}),    # the tree is read above GPUs and NICs
     "transceiver": frozenset({"rdma"}),
-    "nccl-env": frozenset({"rdma", "gpus", "pcie-tree"}),   # names to check against; GPUDirect and NVLink context
+    "nccl-env": frozenset({"rdma", "gpus", "pcie-tree"}),
+    "loopback": frozenset({"gpus", "topology", "rdma", "pcie-tree"}),   # rails, their GPUs, passive causes   # names to check against; GPUDirect and NVLink context
 }
 FABRIC_SCAN_NOT_ASKED = "fabric scan not asked for (--fabric-scan)"
 NOT_NEEDED = "not needed by the selected checks"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from netdoctor.inventory.model import Hca, Inventory, PciPathFunction
+from netdoctor.inventory.model import Gpu, Hca, Inventory, PciPathFunction
 
 # PCIe distances from `nvidia-smi topo -m` that put a NIC next to a GPU: at most one bridge
 # (PIX) or several bridges of one PCIe switch tree (PXB), never through the CPU's root complex.
@@ -62,6 +62,28 @@ def gpu_proximity(inventory: Inventory, hca: Hca) -> GpuProximity:
         return GpuProximity(True, f"NUMA node {hca.numa_node} shared with {sharing[0]} "
                                   f"(NUMA fallback: {why})")
     return GpuProximity(False, f"no GPU on NUMA node {hca.numa_node} (NUMA fallback: {why})")
+
+
+# `nvidia-smi topo -m` distances, nearest first.
+TOPO_LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
+
+
+def nearest_gpu(inventory: Inventory, hca: Hca) -> tuple[Gpu | None, str]:
+    """The GPU nearest `hca` (the one whose traffic it carries in a rail-optimised job) and
+    the evidence: the topo matrix level, else a shared NUMA node, else none (None)."""
+    gpus = sorted((gpu for gpu in inventory.gpus if not gpu.lost), key=lambda gpu: gpu.index)
+    topology = inventory.topology
+    label = topology.nic_label(hca.name) if topology is not None and topology.nic_names else None
+    if label:
+        ranked = [(TOPO_LEVELS.index(level), gpu) for gpu in gpus
+                  if (level := topology.link(gpu.label, label)) in TOPO_LEVELS]
+        if ranked:
+            rank, gpu = min(ranked, key=lambda item: (item[0], item[1].index))
+            return gpu, f"{TOPO_LEVELS[rank]} in nvidia-smi topo -m"
+    same_node = [gpu for gpu in gpus if hca.numa_node is not None and gpu.numa_node == hca.numa_node]
+    if same_node:
+        return same_node[0], f"NUMA node {hca.numa_node}"
+    return None, "no GPU shares its PCIe switch or NUMA node"
 
 
 def physical_function(inventory: Inventory, hca: Hca) -> Hca | None:

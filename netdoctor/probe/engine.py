@@ -29,7 +29,7 @@ from netdoctor.host.types import CommandSpec, CommandState
 from netdoctor.inventory.model import Gpu
 from netdoctor.parsers.nccl import NcclLogFacts, parse_nccl_log
 from netdoctor.probe.expectation import GpuLinks, nvlink_version_name
-from netdoctor.probe.result import ProbeRequest, ProbeResult, Transport
+from netdoctor.probe.result import MIN_PROBE_BUDGET_S, ProbeRequest, ProbeResult, Transport
 
 log = structlog.get_logger(__name__)
 
@@ -38,13 +38,6 @@ MIB = 1 << 20
 DEFAULT_SIZES = [8 * 1024, MIB, 16 * MIB, 256 * MIB, 1024 * MIB]
 LOG_CAP_BYTES = 8 * MIB
 RESULT_CAP_BYTES = 64 * MIB     # the worker's JSON result: sizes, timings, localisation rows
-# The least budget the probe accepts. Below it a healthy node cannot finish, and being
-# killed for that is not a hang: run_probe (netdoctor.probe.dispatch) refuses at once (status "error", reason_code
-# "budget-too-short"; the check says `unknown`). Measured on 2x H200 (benchmarks/results/
-# probe.md; the reviewer's `check --deadline 2` run): worker start, libcuda/libnccl load,
-# cuInit and contexts ~0.6 s and NCCL init alone up to ~1.4 s, before the all-reduces
-# (0.3-0.6 s), the localisation reserve (0.5 s) and tear-down (0.25 s) are spent.
-MIN_PROBE_BUDGET_S = 3.0
 # A worker killed during NCCL init with at least this budget was hung, not short of time.
 INIT_HANG_BUDGET_S = 2 * MIN_PROBE_BUDGET_S
 # Progress lines the worker prints (worker.PHASE_PREFIX): `NETDOCTOR_PHASE <name> [json]`.
@@ -100,6 +93,13 @@ def run_worker(argv: list[str], env: Mapping[str, str], timeout_s: float, result
     if state == "ok" and result is None and result_path is not None:
         state = "crashed"
     return WorkerRun(state, result, run.stdout, run.returncode, run.duration_s)
+
+
+def worker_script() -> Path:
+    """The probe worker: worker.py beside this module; `$NETDOCTOR_PROBE_WORKER` replaces it
+    (a lab's or a test's stand-in that speaks the same config/result protocol)."""
+    override = os.environ.get("NETDOCTOR_PROBE_WORKER")
+    return Path(override) if override else Path(__file__).with_name("worker.py")
 
 
 def skipped(reason: str, code: str, *, status: str = "skipped", **facts: Any) -> ProbeResult:

@@ -19,6 +19,13 @@ from netdoctor.probe.expectation import GpuLinks
 STATUSES = ("ok", "skipped", "error", "timeout", "wrong-result")
 NOT_APPLICABLE = frozenset({"single-gpu", "no-gpus", "no-driver"})
 NO_LOG = "no NCCL log lines captured"
+# The least budget the probe accepts. Below it a healthy node cannot finish, and being
+# killed for that is not a hang: run_probe (netdoctor.probe.dispatch) refuses at once (status "error", reason_code
+# "budget-too-short"; the check says `unknown`). Measured on 2x H200 (benchmarks/results/
+# probe.md; the reviewer's `check --deadline 2` run): worker start, libcuda/libnccl load,
+# cuInit and contexts ~0.6 s and NCCL init alone up to ~1.4 s, before the all-reduces
+# (0.3-0.6 s), the localisation reserve (0.5 s) and tear-down (0.25 s) are spent.
+MIN_PROBE_BUDGET_S = 3.0
 
 
 def _omit_none(pairs: Mapping[str, Any], keep: frozenset[str] = frozenset()) -> dict[str, Any]:

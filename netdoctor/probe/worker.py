@@ -241,13 +241,21 @@ def nccl_library_file(nccl: Nccl) -> str:
     return nccl.path
 
 
-class Gpu:
-    """One GPU's context, stream, events and buffers."""
+class UniqueId(ctypes.Structure):
+    """ncclUniqueId, passed by value to ncclCommInitRank."""
 
-    def __init__(self, cuda: Cuda, ordinal: int, rank: int) -> None:
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+class Gpu:
+    """One GPU's context, stream, events and buffers. `position`: its place in this process
+    (kernels, localisation); `rank`: its NCCL rank (the same, unless ranks span processes)."""
+
+    def __init__(self, cuda: Cuda, ordinal: int, rank: int, position: int) -> None:
         self.cuda = cuda
         self.ordinal = ordinal
         self.rank = rank
+        self.position = position
         self.device = ctypes.c_int()
         self.context = ctypes.c_void_p()
         self.stream = ctypes.c_void_p()
@@ -360,6 +368,8 @@ class Probe:
         self.gpus: list[Gpu] = []
         self.kernels: list[Kernels] = []
         self.comms: Any = None
+        # NCCL ranks in all processes together when they span processes (`nranks`), else None.
+        self.world: int | None = int(config["nranks"]) if config.get("nranks") is not None else None
         self.result: dict[str, Any] = {"status": "error", "reason": "worker did not finish", "sizes": [], "localisation": [],
                                        "timings": {}}
 
@@ -392,13 +402,14 @@ class Probe:
         self.result["gpus"] = ordinals
         self.result["gpu_count"] = len(ordinals)
         phase("gpus", ordinals)
-        if len(ordinals) < 2:
+        if self.world is None and len(ordinals) < 2:
             raise ProbeFailure("skipped", f"{len(ordinals)} GPU(s) selected: an all-reduce needs at least 2", "single-gpu")
         self.nccl = load_nccl(self.config.get("nccl_library"))
         self.result["nccl_version"] = self.nccl.version()
         self.result["nccl_library"] = nccl_library_file(self.nccl)
         self.mark("loaded")
-        self.gpus = [Gpu(self.cuda, ordinal, rank) for rank, ordinal in enumerate(ordinals)]
+        base = int(self.config.get("rank_base", 0))
+        self.gpus = [Gpu(self.cuda, ordinal, base + position, position) for position, ordinal in enumerate(ordinals)]
         self.result["devices"] = [{"index": gpu.ordinal, "name": gpu.name, "pci_bus_id": gpu.pci_bus_id} for gpu in self.gpus]
         phase("devices", self.result["devices"])
         self.mark("contexts")
@@ -417,8 +428,21 @@ class Probe:
         self.fill()
         self.mark("allocated")
         self.comms = (ctypes.c_void_p * len(self.gpus))()
-        devices = (ctypes.c_int * len(self.gpus))(*[gpu.ordinal for gpu in self.gpus])
-        self.nccl.call("ncclCommInitAll", self.comms, len(self.gpus), devices)
+        if self.world is None:
+            devices = (ctypes.c_int * len(self.gpus))(*[gpu.ordinal for gpu in self.gpus])
+            self.nccl.call("ncclCommInitAll", self.comms, len(self.gpus), devices)
+        else:
+            # Ranks in several processes (one per node, or two on one NIC): the parent set
+            # NCCL_COMM_ID to the bootstrap root's address, so every process builds the same
+            # id and the process of rank 0 starts the root inside ncclCommInitRank.
+            unique = UniqueId()
+            self.nccl.call("ncclGetUniqueId", ctypes.byref(unique))
+            self.nccl.call("ncclGroupStart")
+            for gpu in self.gpus:
+                gpu.activate()
+                slot = ctypes.byref(self.comms, gpu.position * ctypes.sizeof(ctypes.c_void_p))
+                self.nccl.call("ncclCommInitRank", slot, self.world, unique, gpu.rank)
+            self.nccl.call("ncclGroupEnd")
         self.mark("nccl_init")
         phase("init-done")
 
@@ -428,7 +452,7 @@ class Probe:
             gpu.activate()
             count = gpu.capacity // 4
             if self.kernels:
-                self.kernels[gpu.rank].launch(self.kernels[gpu.rank].fill, gpu.stream, FILL_BLOCKS, FILL_THREADS,
+                self.kernels[gpu.position].launch(self.kernels[gpu.position].fill, gpu.stream, FILL_BLOCKS, FILL_THREADS,
                                               ctypes.c_uint64(gpu.send.value), ctypes.c_uint64(count),
                                               ctypes.c_float(gpu.rank + 1))
             else:
@@ -498,7 +522,7 @@ class Probe:
             spin_ns = int(min(0.2, enqueue_s * iterations * 1.5 + 0.0005) * 1e9)
             for gpu in gpus:
                 gpu.activate()
-                self.kernels[gpu.rank].launch(self.kernels[gpu.rank].spin, gpu.stream, 1, 1, ctypes.c_uint64(spin_ns))
+                self.kernels[gpu.position].launch(self.kernels[gpu.position].spin, gpu.stream, 1, 1, ctypes.c_uint64(spin_ns))
         for gpu in gpus:
             gpu.activate()
             self.cuda.call("cuEventRecord", gpu.start, gpu.stream)
@@ -514,7 +538,7 @@ class Probe:
             self.cuda.call("cuEventElapsedTime", ctypes.byref(value), gpu.start, gpu.stop)
             elapsed_ms = max(elapsed_ms, value.value)
         time_us = elapsed_ms * 1000.0 / iterations
-        ranks = len(gpus)
+        ranks = self.ranks(gpus)
         algbw = size / (time_us * 1e-6) / 1e9
         wrong = self.verify(count, gpus)
         return {"bytes": size, "count": count, "iterations": iterations, "warmup": warmup,
@@ -522,18 +546,22 @@ class Probe:
                 "busbw_gbps": round(algbw * 2 * (ranks - 1) / ranks, 3),
                 "verified": wrong == 0, "wrong_elements": wrong}
 
+    def ranks(self, gpus: list[Gpu]) -> int:
+        """Ranks in the all-reduce: every process's when they span processes, else these GPUs."""
+        return self.world if self.world is not None and gpus is self.gpus else len(gpus)
+
     def verify(self, count: int, gpus: list[Gpu]) -> int:
         """Elements of the receive buffers that differ from the exact expected sum."""
         assert self.cuda is not None
-        ranks = len(gpus)
+        ranks = self.ranks(gpus)
         # Each GPU's send buffer holds (rank+1) + i%251 with its rank in the full set.
-        base = float(sum(gpu.rank + 1 for gpu in gpus))
+        base = float(ranks * (ranks + 1) // 2 if self.world is not None else sum(gpu.rank + 1 for gpu in gpus))
         wrong = 0
         if self.kernels:
             for gpu in gpus:
                 gpu.activate()
                 self.cuda.call("cuMemsetD32Async", gpu.counter, ctypes.c_uint(0), ctypes.c_size_t(1), gpu.stream)
-                kernels = self.kernels[gpu.rank]
+                kernels = self.kernels[gpu.position]
                 kernels.launch(kernels.check, gpu.stream, FILL_BLOCKS, FILL_THREADS, ctypes.c_uint64(gpu.recv.value),
                                ctypes.c_uint64(count), ctypes.c_float(base), ctypes.c_float(float(ranks)),
                                ctypes.c_uint64(gpu.counter.value))

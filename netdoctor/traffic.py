@@ -1,0 +1,105 @@
+"""The pipeline's traffic steps (netdoctor.run): the NCCL all-reduce over the node's GPUs
+(`nccl-probe`) and the per-NIC loopback (`nic-loopback`), each within its share of the
+deadline, each handing its checks a typed result or why there is none (`ProbeNotRun`).
+Their processes run through netdoctor.host.runner; a step that hangs is given up on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from netdoctor.checks.registry import Registry
+from netdoctor.errors import UsageError
+from netdoctor.inventory.model import Inventory
+from netdoctor.inventory.queries import nearest_gpu
+from netdoctor.packs.model import RulePack
+from netdoctor.probe.result import ProbeNotRun, ProbeRequest, ProbeResult
+from netdoctor.util import DeadlineExceeded, call_with_deadline
+
+def probe_checks(registry: Registry) -> tuple[str, ...]:
+    """The checks `netdoctor probe` runs: those judging the all-reduce (need "probe")."""
+    return tuple(check.id for check in registry.checks() if "probe" in check.needs)
+
+
+def not_run(no_probe: bool, wanted: bool, is_snapshot: bool) -> ProbeNotRun | None:
+    if not wanted:
+        return ProbeNotRun("--no-probe" if no_probe else "no selected check needs it")
+    if is_snapshot:
+        return ProbeNotRun("a snapshot is judged; the probe runs only on a live node")
+    return None
+
+
+def run_allreduce(inventory: Inventory, deadline: float, *, budget_s: float | None, gpus: tuple[int, ...] | None,
+                  engine: str, pass_fraction: float, debug: bool) -> tuple[ProbeResult | ProbeNotRun, dict[str, Any] | None]:
+    """(what the checks see, what the report carries): the report's `probe` only when it ran.
+
+    Below `pass_fraction` of the expected bus bandwidth the probe spends what is left of
+    its budget naming the slow GPU or link.
+    """
+    if not inventory.gpus:
+        return ProbeNotRun("no NVIDIA GPUs"), None
+    left_s = deadline - time.monotonic()
+    if left_s < 1.0 and budget_s is None:
+        return ProbeNotRun(f"no time left for the probe ({left_s:.1f} s)", unknown=True), None
+    nvml = inventory.source("nvml")
+    try:
+        from netdoctor.probe import run_probe
+        from netdoctor.probe.engine import gpu_links_of
+    except ImportError as error:
+        missing = ProbeNotRun(f"the NCCL probe is not available: {error}", unknown=True)
+        return missing, missing.to_json()
+    request = ProbeRequest(budget_s=budget_s or left_s, pass_fraction=pass_fraction, gpus=gpus, engine=engine,
+                           gpu_links=gpu_links_of(inventory.gpus) if nvml.usable else ())
+    node_gpus = tuple(gpu.index for gpu in inventory.gpus) if nvml.usable else None
+    try:
+        result = call_with_deadline("nccl-probe", lambda: run_probe(request, node_gpus=node_gpus), deadline + 0.5)
+    except DeadlineExceeded:
+        hung = ProbeNotRun(f"the probe did not finish within {request.budget_s:.1f} s", unknown=True)
+        return hung, hung.to_json()
+    except Exception as error:
+        if debug:
+            raise
+        failed = ProbeNotRun(f"probe failed: {type(error).__name__}: {error}", unknown=True)
+        return failed, failed.to_json()
+    if result.reason_code == "bad-gpus" and gpus is not None:
+        raise UsageError(f"--gpus {','.join(map(str, gpus))!r}: {result.reason}")
+    return result, result.to_json()
+
+
+def loopback_rails(inventory: Inventory, pack: RulePack) -> tuple[Any, ...]:
+    """Active compute RDMA ports, each with the GPU nearest it (no virtual functions)."""
+    from netdoctor.probe.loopback import Rail
+    rails = []
+    for hca, port, port_class in pack.classified_ports(inventory):
+        if port_class is not None and port_class.role != "compute" or not port.is_active or hca.physical_function:
+            continue
+        gpu, basis = nearest_gpu(inventory, hca)
+        if gpu is not None:
+            rails.append(Rail(port.name, hca.name, port.number, gpu.index, basis, port.rate.gbps if port.rate else None))
+    return tuple(rails)
+
+
+def run_nic_loopback(inventory: Inventory, pack: RulePack, deadline: float, *, env: Mapping[str, str] | None,
+                     tool_path: str | None, debug: bool) -> Any:
+    """The loopback's result (netdoctor.probe.loopback.LoopbackResult) or why there is none."""
+    if not inventory.gpus:
+        return ProbeNotRun("no NVIDIA GPUs")
+    if not inventory.hcas:
+        return ProbeNotRun("no RDMA NICs")
+    left_s = deadline - time.monotonic()
+    try:
+        from netdoctor.probe.loopback import LoopbackRequest, run_loopback
+    except ImportError as error:
+        return ProbeNotRun(f"the loopback is not available: {error}", unknown=True)
+    rails = loopback_rails(inventory, pack)
+    request = LoopbackRequest(rails, left_s, env=env, tool_path=tool_path)
+    try:
+        return call_with_deadline("nic-loopback", lambda: run_loopback(request), deadline + 1.0)
+    except DeadlineExceeded:
+        return ProbeNotRun(f"the loopback did not finish within {left_s:.1f} s", unknown=True)
+    except Exception as error:
+        if debug:
+            raise
+        return ProbeNotRun(f"loopback failed: {type(error).__name__}: {error}", unknown=True)
