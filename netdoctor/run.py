@@ -31,7 +31,7 @@ from netdoctor.host.types import NodeSource
 from netdoctor.inventory.model import Inventory, SourceState
 from netdoctor.inventory.queries import versions
 from netdoctor.probe.result import MIN_PROBE_BUDGET_S
-from netdoctor.traffic import not_run, probe_checks, run_allreduce, run_nic_loopback
+from netdoctor.traffic import fabric_summary, not_run, probe_checks, run_allreduce, run_nic_loopback
 from netdoctor.report.model import Finding, Grade, Report, Status, grade_of
 from netdoctor.util import DeadlineExceeded, call_with_deadline, utc_now_iso
 
@@ -259,6 +259,7 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         captured_at=inventory.captured_at if node.is_snapshot else None,
         required_not_run=tuple(sorted(pack.required & set(registry.ids()) - {check.id for check in selected})),
         versions=versions(inventory),
+        fabric=fabric_summary(inventory, pack),
     )
 
 

@@ -81,6 +81,16 @@ def loopback_rails(inventory: Inventory, pack: RulePack) -> tuple[Any, ...]:
     return tuple(rails)
 
 
+def fabric_summary(inventory: Inventory, pack: RulePack) -> dict[str, Any]:
+    """The report's `fabric`: GPUs and active compute rails with their rates (fleet probe's expectation)."""
+    if not inventory.gpus and not inventory.hcas:
+        return {}
+    rails = [{"port": port.name, "rate_gbps": port.rate.gbps if port.rate else None}
+             for hca, port, port_class in pack.classified_ports(inventory)
+             if (port_class is None or port_class.role == "compute") and port.is_active and not hca.physical_function]
+    return {"gpus": len(inventory.gpus), "rails": rails}
+
+
 def run_nic_loopback(inventory: Inventory, pack: RulePack, deadline: float, *, env: Mapping[str, str] | None,
                      tool_path: str | None, debug: bool) -> Any:
     """The loopback's result (netdoctor.probe.loopback.LoopbackResult) or why there is none."""

@@ -389,3 +389,33 @@ def test_real_slurm_fleet_sweep_through_srun(slurm_directory: Path) -> None:
         assert done.returncode == 2
     finally:
         cluster.stop()
+
+
+@pytest.mark.slurm
+@slurm_only
+@needs_fixtures
+def test_real_slurm_fleet_probe_through_srun_names_the_slow_node_and_rail(slurm_directory: Path) -> None:
+    """8 SLURM nodes, `fleet probe --via srun`, the stand-in NCCL worker with n3 slow and n6's
+    rail mlx5_4 at half speed: the suspects are exactly those; then n7 hangs: unreachable."""
+    from test_fleet_probe import fleet_probe, lab
+
+    cluster = SlurmCluster(slurm_directory, nodes=8)
+    try:
+        cluster.start()
+        env = {**cluster.env, "PYTHONPATH": str(REPO)}
+        commands = lab(slurm_directory, {"pair_busbw_gbps": 350.0, "nodes": {"n3": {"factor": 0.45}},
+                                         "rails_factor": {"n6": {"mlx5_4": 0.5}}})
+        fleet, code, stderr = fleet_probe(commands, "--round-timeout", "60", shell=("--via", "srun"), env=env)
+        suspects = sorted((item["kind"], item["host"], item.get("subject")) for item in fleet.get("probe", {}).get("suspects", []))
+        assert suspects == [("node", "n3", None), ("rail", "n6", "mlx5_4:1")], (fleet, stderr, cluster.log_tail())
+        assert code == 2
+        hanging = slurm_directory / "hang"
+        hanging.mkdir()
+        commands = lab(hanging, {"pair_busbw_gbps": 350.0}, hanging=("n7",))
+        fleet, code, stderr = fleet_probe(commands, "--round-timeout", "8", shell=("--via", "srun"), env=env)
+        grades = {node["host"]: node["grade"] for node in fleet.get("nodes", [])}
+        assert grades == {**{f"n{index}": "pass" for index in range(1, 9)}, "n7": "unreachable"}, (fleet, stderr)
+    finally:
+        cluster.stop()
+    assert cluster.pids == {}
+

@@ -137,6 +137,53 @@ def report_command(
     raise typer.Exit(report.exit_code)
 
 
+@fleet_app.command("probe")
+def probe_command(
+    hosts: Annotated[str, typer.Option("--hosts", "-w", help="Host list, e.g. node[001-128].")],
+    via: Annotated[ParallelShell, typer.Option("--via", help="Parallel shell to run through.")] = ParallelShell.PDSH,
+    fanout: Annotated[int, typer.Option("--fanout", "-f", min=1, help="Nodes contacted at once for the check sweep "
+                                        "(a traffic round asks all its nodes at once).")] = 64,
+    timeout: Annotated[float, typer.Option("--timeout", "-u", min=1, max=86400, help="Per-node timeout of the check sweep.")] = 120.0,
+    rcmd: Annotated[str | None, typer.Option("--rcmd", "-R", help="pdsh rcmd module / clush worker.")] = None,
+    rules: Annotated[str | None, typer.Option("--rules", help="Rule pack for the nodes' checks and [fleet-probe].")] = None,
+    budget: Annotated[float, typer.Option("--budget", min=3, max=600, help="Seconds of traffic per round on each node.")] = 10.0,
+    round_timeout: Annotated[float | None, typer.Option("--round-timeout", min=5, help="Per-node timeout of a round "
+                                                        "(default: --budget + 20 s).")] = None,
+    port: Annotated[int, typer.Option("--port", min=1024, max=65000, help="TCP port of each group's NCCL bootstrap "
+                                      "root (rails: port+1..port+N).")] = 29400,
+    check_command: Annotated[str | None, typer.Option("--check-command", help="Replaces `netdoctor check --format json "
+                                                      "--no-probe` on each node; {host} is the node name.")] = None,
+    node_command: Annotated[str, typer.Option("--node-command", help="The node side of a round (its --as/--plan are "
+                                              "appended).")] = "netdoctor fleet probe-node",
+    output_format: FormatOption = FleetFormat.TEXT,
+    output: OutputOption = None,
+) -> None:
+    """NCCL traffic between nodes: pairs in two rounds, then the suspects' rails; names the slow node or rail."""
+    from netdoctor.fleet.probe_run import FleetProbeOptions, run_fleet_probe
+    options = FleetProbeOptions(hosts, str(via), fanout, timeout, rcmd, rules, budget, port, check_command, node_command,
+                                round_timeout_s=round_timeout)
+    try:
+        report = run_fleet_probe(options)
+        emit(RENDERERS[str(output_format)](report), output)
+    except NetdoctorError as error:
+        _fail_usage(error)
+    raise typer.Exit(report.exit_code)
+
+
+@fleet_app.command("probe-node", hidden=True)
+def probe_node_command(
+    plan: Annotated[str, typer.Option("--plan", help="The round plan (from `fleet probe`).")],
+    name: Annotated[str | None, typer.Option("--as", help="This node's name in the plan (the shell's).")] = None,
+) -> None:
+    """One node's part of a `fleet probe` round: prints one report line."""
+    from netdoctor.fleet.probe_node import main as node_main
+    try:
+        code = node_main(plan, name)
+    except NetdoctorError as error:
+        _fail_usage(error)
+    raise typer.Exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the fleet commands alone (`python -m netdoctor.fleet`); usage errors exit 3."""
     try:

@@ -110,6 +110,10 @@ class NodeSummary:
     reported_host: str | None = None
     # How many more findings of the node are warn or worse, besides the top one.
     other_findings: int = 0
+    # `fleet probe`: the node's GPUs and rails (its report's `fabric`) and its part of a
+    # group's measurement (a probe-node report's `probe`), bounded as read (`bounded_facts`).
+    fabric: Mapping[str, Any] = field(default_factory=dict)
+    probe: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -258,7 +262,49 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
         source=source,
         reported_host=alias,
         other_findings=flagged - 1 if top_finding is not None else 0,
+        fabric=bounded_facts(data.get("fabric"), _FABRIC_KEYS),
+        probe=bounded_facts(probe, _PROBE_KEYS),
     )
+
+
+# What the fleet keeps of a report's `fabric` and `probe` (a node's own words: bounded, typed).
+_FABRIC_KEYS = {"gpus": int, "rails": list}
+_PROBE_KEYS = {"status": str, "reason": str, "round": int, "group": list, "busbw_gbps": float, "transport": str,
+               "rails": dict, "sharp": bool, "algorithm": str, "net_plugin": str, "net_plugin_missing": bool,
+               "collnet_enable": str}
+_MAX_FACT_ITEMS = 64
+
+
+def bounded_facts(data: Any, keys: Mapping[str, type]) -> dict[str, Any]:
+    """The known keys of `data` with the expected type, strings cut, lists and maps of at
+    most 64 short strings or finite numbers; anything else is dropped, never trusted."""
+    if data.__class__ is not dict:
+        return {}
+    kept: dict[str, Any] = {}
+    for key, kind in keys.items():
+        value = data.get(key)
+        if kind is float and value.__class__ in (int, float) and math.isfinite(value):
+            kept[key] = float(value)
+        elif kind is int and value.__class__ is int and 0 <= value < 1 << 20:
+            kept[key] = value
+        elif kind in (str, bool) and value.__class__ is kind:
+            kept[key] = _kept(value) if kind is str else value
+        elif kind is list and value.__class__ is list:
+            kept[key] = [_small(item) for item in value[:_MAX_FACT_ITEMS]]
+        elif kind is dict and value.__class__ is dict:
+            kept[key] = {_kept(name)[:64]: number for name, number in list(value.items())[:_MAX_FACT_ITEMS]
+                         if number.__class__ in (int, float) and math.isfinite(number)}
+    return kept
+
+
+def _small(item: Any) -> Any:
+    if item.__class__ is str:
+        return item[:_MAX_KEPT_CHARS]
+    if item.__class__ is dict:
+        return {str(name)[:64]: value[:_MAX_KEPT_CHARS] if value.__class__ is str else value
+                for name, value in list(item.items())[:8]
+                if value is None or value.__class__ in (str, bool) or (value.__class__ in (int, float) and math.isfinite(value))}
+    return None
 
 
 def _kept(value: object) -> str:

@@ -9,6 +9,7 @@ import statistics
 
 from ClusterShell.NodeSet import NodeSet
 
+from netdoctor.fleet.probe_render import probe_html, probe_text_lines
 from netdoctor.fleet.model import BUSBW_METRIC, GRADE_ORDER, NodeGrade, NodeSummary
 from netdoctor.fleet.report import FleetReport
 from netdoctor.textsafe import safe_text
@@ -72,6 +73,7 @@ def render_text(report: FleetReport) -> str:
                 f"  {host:<{width}}  {outlier.metric} {outlier.value:g}"
                 f" (fleet median {outlier.fleet_median:g}, z {outlier.robust_z:+.1f})"
             )
+    lines += probe_text_lines(report.probe)
     passing = [node.host for node in report.nodes if node.grade is NodeGrade.PASS]
     if passing:
         lines.append("")
@@ -178,6 +180,7 @@ def render_html(report: FleetReport) -> str:
                 f"<td>{outlier.fleet_median:g}</td><td>{outlier.robust_z:+.1f}</td></tr>"
             )
         parts.append("</table>")
+    parts.append(probe_html(report.probe))
     tallies = report.check_tallies()
     if tallies:
         parts.append("<h2>Checks failing most</h2><table class=\"small\" id=\"tallies\"><tr><th>check</th><th>fail</th><th>unknown</th><th>warn</th></tr>")

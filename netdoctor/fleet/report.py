@@ -32,6 +32,8 @@ class FleetReport:
     outliers: list[Outlier]
     outlier_threshold: float
     checks: list[str] = field(default_factory=list)
+    # `fleet probe`'s pairs, suspects and rounds (CONTRACT 6.3); empty in a sweep or report.
+    probe: dict[str, Any] = field(default_factory=lambda: {"pairs": [], "suspects": []})
 
     @property
     def counts(self) -> dict[str, int]:
@@ -81,6 +83,7 @@ class FleetReport:
             "checks": [tally.to_json() for tally in self.check_tallies()],
             "outliers": [outlier.to_json() for outlier in self.outliers],
             "outlier_threshold": self.outlier_threshold,
+            "probe": self.probe,
         }
 
 

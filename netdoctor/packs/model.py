@@ -21,6 +21,8 @@ from netdoctor.util import natural_key
 ROLES = ("compute", "storage", "management", "unused")
 # Tables of a pack that are not check sections.
 STRUCTURE_TABLES = ("pack", "grade", "port-classes")
+# Settings of fleet commands, not of a node check (`fleet probe`'s expectation and verdicts).
+FLEET_TABLES = ("fleet-probe",)
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class RulePack:
     def check_sections(self) -> list[str]:
         """The names of the pack's check sections (every table but [pack], [grade], [port-classes])."""
         return [name for name, value in self.data.items()
-                if name not in STRUCTURE_TABLES and isinstance(value, dict)]
+                if name not in STRUCTURE_TABLES + FLEET_TABLES and isinstance(value, dict)]
 
     @property
     def required(self) -> frozenset[str]:

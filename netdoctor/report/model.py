@@ -114,6 +114,8 @@ class Report:
     captured_at: str | None = None           # a snapshot's own capture time (snapshot.json)
     required_not_run: tuple[str, ...] = ()   # checks the pack requires that --only/--skip left out
     versions: dict[str, Any] = field(default_factory=dict)   # CONTRACT 6.3: what the node runs
+    # GPUs and compute rails (port, Gb/s): what `fleet probe` expects a node's traffic to reach.
+    fabric: dict[str, Any] = field(default_factory=dict)
 
     SCHEMA = "netdoctor.report/1"
 
@@ -148,4 +150,6 @@ class Report:
             data["required_not_run"] = list(self.required_not_run)
         if self.versions:
             data["versions"] = self.versions
+        if self.fabric:
+            data["fabric"] = self.fabric
         return data

@@ -4,7 +4,7 @@ result protocol, NCCL's log lines in NCCL's own format, numbers from a scenario.
 $NETDOCTOR_FAKE_SCENARIO is a JSON file:
   {"no_nccl": false,
    "rails": {"mlx5_3": {"busbw_gbps": 46.2, "via": "NET/IB/0/GDRDMA"}, ...},   # nic-loopback, by NCCL_IB_HCA
-   "nodes": {"node03": {"factor": 0.5}, ...}, "rails_factor": {"mlx5_3": 0.5},  # fleet probe
+   "nodes": {"node03": {"factor": 0.5}, ...}, "rails_factor": {"node05": {"mlx5_3": 0.5}},  # fleet probe
    "pair_busbw_gbps": 180.0, "hang_hosts": ["node07"]}
 """
 
@@ -34,18 +34,20 @@ def main() -> int:
         rail = scenario["rails"][hca]
         via, busbw = rail["via"], rail["busbw_gbps"]
     else:
-        node = os.environ.get("NETDOCTOR_FAKE_NODE", "")
+        node = host
         if node in scenario.get("hang_hosts", []):
             time.sleep(3600)
-        factor = min(scenario.get("nodes", {}).get(peer, {}).get("factor", 1.0)
-                     for peer in os.environ.get("NETDOCTOR_FAKE_GROUP", node).split(","))
+        group = config.get("group") or [node]
+        factor = min(scenario.get("nodes", {}).get(peer, {}).get("factor", 1.0) for peer in group)
+        slow_rails = {(peer, rail): value for peer, rails in scenario.get("rails_factor", {}).items()
+                      for rail, value in rails.items() if peer in group}
         if hca:
-            factor *= scenario.get("rails_factor", {}).get(hca, 1.0)
-            # one rail of eight carries an eighth of a node's traffic
+            # a rails round: this one rail, of one node or the other
+            factor *= min([value for (peer, rail), value in slow_rails.items() if rail == hca] or [1.0])
             busbw = scenario.get("pair_busbw_gbps", 180.0) / 8 * factor
         else:
-            slowest_rail = min(scenario.get("rails_factor", {}).values(), default=1.0)
-            busbw = scenario.get("pair_busbw_gbps", 180.0) * factor * (1.0 if slowest_rail == 1.0 else 0.93)
+            # NCCL spreads an all-reduce over every rail: the slowest rail sets the pace
+            busbw = scenario.get("pair_busbw_gbps", 180.0) * factor * min(list(slow_rails.values()) or [1.0])
         via = scenario.get("via", "NET/IB/0/GDRDMA")
     print(f"{prefix} NET/IB : Using [0]{hca or 'mlx5_0'}:1/IB [RO]; OOB eth0:10.0.0.{rank + 1}<0>", flush=True)
     print(f"{prefix} Channel 00/0 : {1 - rank if rank < 2 else 0}[0] -> {rank}[0] [receive] via {via}", flush=True)

@@ -1,0 +1,182 @@
+"""`netdoctor fleet probe`: NCCL traffic between nodes, scheduled to name the slow node or rail.
+
+1. `netdoctor check --no-probe --format json` on every node (the sweep, netdoctor.fleet.sweep):
+   nodes that fail it, or do not answer, are left out of the pairs, with why; the others'
+   reports say how many GPUs and which rails (`fabric`) they have.
+2. Up to three rounds (netdoctor.fleet.probe_plan): each runs `netdoctor fleet probe-node`
+   on every node of the round at once through the same parallel shell, the round plan on
+   the command line; each node prints a report whose `probe` is its part of its group.
+   A pair's two nodes must start together, so a round asks all its nodes at once (no
+   fan-out batches); a node that hangs is killed at the round's timeout and is `unreachable`.
+3. The fleet report: every node's probe verdict, `probe.pairs` and `probe.suspects`.
+
+Attribution is the sweep's (CONTRACT 6.4): a node's line belongs to the host the shell says
+sent it; a group's numbers are its members' own, the slower one counting.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, replace
+from typing import Any
+
+import structlog
+from ClusterShell.NodeSet import NodeSet
+
+from netdoctor.fleet.model import NodeGrade, NodeSummary, TopFinding
+from netdoctor.fleet.probe_node import encode_plan
+from netdoctor.fleet.probe_plan import Group, Measurement, NodeFabric, Thresholds, localise, node_grades, references
+from netdoctor.fleet.report import FleetReport, build_fleet_report
+from netdoctor.fleet.sweep import SweepOptions, parse_hosts, run_sweep
+
+log = structlog.get_logger(__name__)
+
+NODE_COMMAND = "netdoctor fleet probe-node"
+# Beyond the traffic budget: ssh/srun start, Python and netdoctor start, discovery (~3 s).
+ROUND_MARGIN_S = 20.0
+
+
+@dataclass(frozen=True)
+class FleetProbeOptions:
+    hosts: str
+    via: str = "pdsh"
+    fanout: int = 64
+    timeout_s: float = 120.0              # per node, for the `check --no-probe` sweep
+    rcmd: str | None = None
+    rules: str | None = None
+    round_budget_s: float = 10.0          # traffic per round, on each node
+    port: int = 29400                     # bootstrap roots: port (group), port+1+k (rail k)
+    check_command: str | None = None      # replaces `netdoctor check --format json --no-probe`
+    node_command: str = NODE_COMMAND      # the node side (`--plan`/`--as` are appended)
+    round_timeout_s: float | None = None  # per node and round; None: round_budget_s + ROUND_MARGIN_S
+
+
+def thresholds_from_pack(rules: str | None) -> tuple[Thresholds, bool]:
+    from netdoctor.packs import load_rules
+    section = load_rules(rules, None).section("fleet-probe")
+    return (Thresholds(efficiency=float(section["efficiency"]), pass_fraction=float(section["pass_fraction"]),
+                       warn_fraction=float(section["warn_fraction"]), rail_fraction=float(section["rail_fraction"])),
+            bool(section["sharp_expected"]))
+
+
+def fabric_of(node: NodeSummary) -> NodeFabric | None:
+    gpus = node.fabric.get("gpus")
+    if not isinstance(gpus, int) or gpus < 1:
+        return None
+    rails = tuple((str(rail.get("port")), rail.get("rate_gbps") if isinstance(rail.get("rate_gbps"), (int, float)) else None)
+                  for rail in node.fabric.get("rails", []) if isinstance(rail, dict))
+    return NodeFabric(gpus, rails)
+
+
+def run_fleet_probe(options: FleetProbeOptions) -> FleetReport:
+    thresholds, sharp_expected = thresholds_from_pack(options.rules)
+    asked = parse_hosts(options.hosts)
+    check = run_sweep(SweepOptions(options.hosts, options.via, options.fanout, options.timeout_s, options.rcmd,
+                                   remote_command=options.check_command, no_probe=options.check_command is None,
+                                   rules=options.rules if options.check_command is None else None))
+    fabrics: dict[str, NodeFabric] = {}
+    left_out: dict[str, NodeSummary] = {}
+    for node in check.nodes:
+        fabric = fabric_of(node)
+        if node.grade in (NodeGrade.PASS, NodeGrade.WARN) and fabric is not None:
+            fabrics[node.host] = fabric
+        else:
+            why = ("no GPUs in its report" if fabric is None and node.grade in (NodeGrade.PASS, NodeGrade.WARN)
+                   else f"check --no-probe: {node.grade}: {node.headline() or 'no report'}")
+            left_out[node.host] = replace(node, top=TopFinding(f"left out of the probe: {why}"[:500],
+                                                               node.top.check if node.top else None))
+    rounds: list[dict[str, Any]] = []
+
+    def measure(number: int, groups: list[Group]) -> list[Measurement]:
+        outcome = _run_round(options, number, groups, fabrics)
+        rounds.append({"round": number, "groups": len(groups)})
+        return outcome
+
+    measurements, suspects = localise(sorted(fabrics), fabrics, thresholds, measure, options.port)
+    grades = node_grades(sorted(fabrics), measurements, suspects, fabrics, thresholds)
+    checked = {node.host: node for node in check.nodes}
+    nodes = [NodeSummary(host, NodeGrade(grade), TopFinding(why[:500], "fleet-probe"), fabric=checked[host].fabric)
+             for host, (grade, why) in grades.items()]
+    nodes += list(left_out.values())
+    missing = [host for host in asked if host not in grades and host not in left_out]
+    nodes += [NodeSummary(host, NodeGrade.UNREACHABLE, TopFinding("no answer to check --no-probe")) for host in missing]
+    report = build_fleet_report(nodes)
+    report.probe = {"pairs": pair_rows(measurements, fabrics, thresholds, sharp_expected),
+                    "suspects": [suspect.to_json() for suspect in suspects], "rounds": rounds}
+    return report
+
+
+def _run_round(options: FleetProbeOptions, number: int, groups: list[Group],
+               fabrics: dict[str, NodeFabric]) -> list[Measurement]:
+    members = sorted({host for group in groups for host in group.hosts})
+    plan = {"round": number, "budget_s": options.round_budget_s, "groups": [group.to_json() for group in groups],
+            "nodes": {host: {"gpus": fabrics[host].gpus, "rails": len(fabrics[host].rails)} for host in members}}
+    command = f"{options.node_command} --as {{host}} --plan {shlex.quote(encode_plan(plan))}"
+    log.info("fleet probe round", round=number, groups=len(groups), nodes=len(members))
+    timeout_s = options.round_timeout_s or options.round_budget_s + ROUND_MARGIN_S
+    result = run_sweep(SweepOptions(str(NodeSet.fromlist(members)), options.via, max(len(members), 1), timeout_s,
+                                    options.rcmd, remote_command=command))
+    answers = {node.host: node for node in result.nodes}
+    return [_group_measurement(number, group, answers) for group in groups]
+
+
+def _group_measurement(number: int, group: Group, answers: dict[str, NodeSummary]) -> Measurement:
+    """A group's outcome from its members' own reports: the slower member's busbw."""
+    parts = [answers.get(host) for host in group.hosts]
+    silent = tuple(host for host, part in zip(group.hosts, parts)
+                   if part is None or part.grade in (NodeGrade.UNREACHABLE, NodeGrade.INVALID))
+    if silent:
+        why = "; ".join(f"{host}: {(answers[host].headline() if host in answers else 'no answer')}" for host in silent)
+        return Measurement(group.hosts, number, status="unreachable", why=why[:300], silent=silent)
+    facts = [part.probe for part in parts if part is not None]
+    failed = next((fact for fact in facts if fact.get("status") != "ok" or "busbw_gbps" not in fact), None)
+    if failed is not None:
+        return Measurement(group.hosts, number, status="error", why=str(failed.get("reason", "no measurement"))[:300])
+    transports = [fact.get("transport") for fact in facts if fact.get("transport")]
+    transport = next((kind for kind in transports if not kind.endswith("/GDRDMA")), transports[0] if transports else None)
+    rails = facts[0].get("rails", {}) if group.rails else {}
+    return Measurement(group.hosts, number, min(fact["busbw_gbps"] for fact in facts), rails, transport,
+                       sharp=all(fact.get("sharp") for fact in facts) if facts else None,
+                       algorithm=facts[0].get("algorithm"),
+                       why=_sharp_why(facts))
+
+
+def _sharp_why(facts: list[dict[str, Any]]) -> str:
+    if all(fact.get("sharp") for fact in facts):
+        return ""
+    if any(fact.get("net_plugin_missing") for fact in facts):
+        return "SHARP not used: NCCL found no net plugin (libnccl-net.so of nccl-rdma-sharp-plugins)"
+    if not all(fact.get("collnet_enable") == "1" for fact in facts):
+        return "SHARP not used: NCCL_COLLNET_ENABLE is not 1"
+    return "SHARP not used (no CollNet channel in NCCL's log)"
+
+
+def pair_rows(measurements: list[Measurement], fabrics: dict[str, NodeFabric], thresholds: Thresholds,
+              sharp_expected: bool) -> list[dict[str, Any]]:
+    """`probe.pairs` of the fleet report (CONTRACT 6.3), one row per group and round."""
+    yardsticks = references(measurements, fabrics, thresholds)
+    rows = []
+    for measurement in measurements:
+        expected = yardsticks.get(measurement.hosts)
+        row: dict[str, Any] = {"hosts": list(measurement.hosts), "round": measurement.round,
+                               "busbw_gbps": measurement.busbw_gbps, "expected_gbps": expected,
+                               "transport": measurement.transport}
+        if measurement.status == "unreachable":
+            row.update(status="unreachable", why=measurement.why)
+        elif measurement.status != "ok" or measurement.busbw_gbps is None or not expected:
+            row.update(status="unknown", why=measurement.why or "no expected level")
+        else:
+            ratio = measurement.busbw_gbps / expected
+            row["status"] = ("pass" if ratio >= thresholds.pass_fraction else
+                             "warn" if ratio >= thresholds.warn_fraction else "fail")
+            if sharp_expected and measurement.sharp is False and row["status"] == "pass":
+                row.update(status="warn", why=measurement.why)
+        if measurement.rails:
+            row["rails"] = dict(measurement.rails)
+        if measurement.algorithm:
+            row["algorithm"] = measurement.algorithm
+        if measurement.sharp is not None:
+            row["sharp"] = measurement.sharp
+        rows.append(row)
+    return rows
+
