@@ -66,6 +66,12 @@ def synthetic_report(index: int, rng: random.Random) -> dict[str, Any]:
     findings.append({"check": "nccl-probe", "status": "pass", "subject": "node", "summary": "",
                      "evidence": {"busbw_gbps": round(busbw, 1), "expected_gbps": 360}})
     grade = "fail" if bad_port is not None else "pass"
+    # Versions (1 node in ~1,000 on older HCA firmware) and first-hop neighbours of a
+    # rail-optimised fabric (32 nodes per leaf, one leaf per rail), node 4242's rail 3 miswired.
+    leaf_group = (index - 1) // 32
+    neighbors = {f"mlx5_{port}:1": {"switch_guid": f"0xfc6a1c0300{leaf_group * PORTS + wired:06x}",
+                                    "switch_name": f"leaf-r{wired}-{leaf_group:03d}", "switch_port": (index - 1) % 32 + 1}
+                 for port in range(PORTS) for wired in [2 if (index, port) == (4242, 3) else port]}
     return {
         "schema": "netdoctor.report/1", "host": host, "grade": grade, "started_at": "2026-11-21T22:40:00Z",
         "duration_s": 2.31, "rules": "dgx-h100", "findings": findings,
@@ -73,6 +79,12 @@ def synthetic_report(index: int, rng: random.Random) -> dict[str, Any]:
                    for check in ("port-state", "link-speed", "pcie-link", "error-counters", "mtu", "pfc-ecn",
                                  "gpudirect", "gpu-nic-affinity", "nccl-probe")],
         "netdoctor": "0.1.0", "probe": {"busbw_gbps": round(busbw, 1), "algbw_gbps": round(busbw * 8 / 14, 1)},
+        "versions": {"driver": "550.54.15", "cuda_driver": "12.4", "vbios": {"NVIDIA H100 80GB HBM3": "96.00.89.00.01"},
+                     "hca_firmware": {"MT4129 MT_0000000838": "28.37.1014" if index % 997 == 0 else "28.39.1002"},
+                     "ofed": "MLNX_OFED_LINUX-23.10-1.1.9.0", "nccl": "2.21.5+cuda12.4",
+                     "kernel": "5.15.0-105-generic", "fabric_manager": "550.54.15"},
+        "fabric": {"gpus": GPUS, "rails": [{"port": f"mlx5_{port}:1", "rate_gbps": 400.0, "gpu": port} for port in range(PORTS)]},
+        "neighbors": neighbors,
     }
 
 
@@ -88,7 +100,7 @@ def write_inputs(work: Path, nodes: int) -> dict[str, Path]:
              "pdsh, pretty-printed JSON (indent 2)": work / "sweep-pretty.out"}
     directory = work / "reports-short-lines"
     inputs = {**paths, "directory of report files": directory}
-    marker = work / f".written-{nodes}-v2"
+    marker = work / f".written-{nodes}-v3"
     if marker.exists():
         return inputs
     directory.mkdir(exist_ok=True)
@@ -143,8 +155,11 @@ def run_once(path: Path, repo: Path, tree: Path | None = None) -> tuple[float, f
         raise SystemExit(f"fleet report failed ({done.returncode}): {done.stderr}")
     rss_kib = int(done.stderr.rsplit("PEAK_RSS_KIB ", 1)[1].split()[0])
     report = json.loads(done.stdout)
+    drift = [entry for entry in report.get("drift", []) if entry["minority"]]
     return wall, rss_kib / 1024, {"counts": report["counts"], "outliers": len(report["outliers"]),
-                                  "nodes": len(report["nodes"])}
+                                  "nodes": len(report["nodes"]),
+                                  "drift": {entry["what"]: sum(map(len, entry["minority"].values())) for entry in drift},
+                                  "odd_leaves": [entry["leaf"] for entry in report.get("rails", []) if entry["odd"]]}
 
 
 def flood_once(repo: Path, tree: Path | None, mib: int, one_line: bool) -> str:
@@ -215,7 +230,8 @@ def main() -> None:
             print(f"{label}: {arguments.nodes} nodes, {size / 2**20:.0f} MiB input: median wall {median:.2f} s "
                   f"(runs {', '.join(f'{run[0]:.2f}' for run in runs)}), peak RSS {rss:.1f} MiB "
                   f"(runs {', '.join(f'{run[1]:.0f}' for run in runs)}), "
-                  f"counts {report['counts']}, outliers {report['outliers']}")
+                  f"counts {report['counts']}, outliers {report['outliers']}, drift {report['drift']}, "
+                  f"odd leaves {report['odd_leaves']}")
             if report["nodes"] != arguments.nodes:
                 raise SystemExit(f"{label}: {report['nodes']} nodes in the fleet report, expected {arguments.nodes}")
         if arguments.flood_mib:

@@ -29,7 +29,8 @@ from netdoctor.checks.registry import Registry, load_registry, third_party_confi
 from netdoctor.errors import NetdoctorError, UsageError
 from netdoctor.host.types import NodeSource
 from netdoctor.inventory.model import Inventory, SourceState
-from netdoctor.inventory.queries import versions
+from netdoctor.inventory.plan import report_only
+from netdoctor.inventory.queries import neighbors, versions
 from netdoctor.probe.result import MIN_PROBE_BUDGET_S
 from netdoctor.traffic import fabric_summary, not_run, probe_checks, run_allreduce, run_nic_loopback
 from netdoctor.report.model import Finding, Grade, Report, Status, grade_of
@@ -258,22 +259,36 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         snapshot=str(options.snapshot) if options.snapshot is not None else None,
         captured_at=inventory.captured_at if node.is_snapshot else None,
         required_not_run=tuple(sorted(pack.required & set(registry.ids()) - {check.id for check in selected})),
-        versions=versions(inventory),
+        versions=versions(inventory, nccl=loaded_nccl(probe_for_checks, loopback)),
+        neighbors=neighbors(inventory),
         fabric=fabric_summary(inventory, pack),
     )
+
+
+def loaded_nccl(*outcomes: object) -> str | None:
+    """The NCCL library version the probe (else the NIC loopback's ranks) loaded: `2.28.9`."""
+    for outcome in outcomes:
+        found = [getattr(outcome, "nccl_version", None)] + [getattr(rail, "nccl_version", None)
+                                                             for rail in getattr(outcome, "rails", ())]
+        version = next((value for value in found if isinstance(value, str) and value), None)
+        if version:
+            return version.split("+")[0][:64]
+    return None
 
 
 def timed_out_sources(inventory: Inventory) -> list[Finding]:
     """A `discovery` finding for each source that hung: the checks judged without its facts
     (a pack may fall back, e.g. to NUMA placement without `nvidia-smi topo -m`), so the report
     says so even where no required check became unknown. A hung nvidia-smi is itself a sign
-    of a wedged GPU or driver."""
+    of a wedged GPU or driver. A source that only the report's versions or neighbours read is
+    left out: no check judged without it."""
     return [Finding("discovery", Status.UNKNOWN, source.name,
                     f"{source.reason()}; the checks judged this node without its facts",
                     evidence={"state": source.state.value, "duration_s": source.duration_s},
                     remedy="run the tool by hand to see why it hangs (a hung nvidia-smi: look for Xid "
                            "errors in `dmesg`); `netdoctor discover -vv` shows every source")
-            for source in inventory.sources.values() if source.state is SourceState.TIMEOUT]
+            for source in inventory.sources.values()
+            if source.state is SourceState.TIMEOUT and not report_only(source.name)]
 
 
 def _undiscovered_report(host: str, started_at: str, start: float, options: CheckOptions,

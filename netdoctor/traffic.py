@@ -82,10 +82,13 @@ def loopback_rails(inventory: Inventory, pack: RulePack) -> tuple[Any, ...]:
 
 
 def fabric_summary(inventory: Inventory, pack: RulePack) -> dict[str, Any]:
-    """The report's `fabric`: GPUs and active compute rails with their rates (fleet probe's expectation)."""
+    """The report's `fabric`: GPUs and active compute rails with their rates and nearest GPU
+    (fleet probe's expectation; the fleet's rail wiring names a rail by its GPU where HCA
+    names are not laid out alike on every node)."""
     if not inventory.gpus and not inventory.hcas:
         return {}
-    rails = [{"port": port.name, "rate_gbps": port.rate.gbps if port.rate else None}
+    rails = [{"port": port.name, "rate_gbps": port.rate.gbps if port.rate else None,
+              "gpu": gpu.index if (gpu := nearest_gpu(inventory, hca)[0]) is not None else None}
              for hca, port, port_class in pack.classified_ports(inventory)
              if (port_class is None or port_class.role == "compute") and port.is_active and not hca.physical_function]
     return {"gpus": len(inventory.gpus), "rails": rails}

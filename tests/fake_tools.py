@@ -39,6 +39,18 @@ elif tool == "ethtool":
     name = "ethtool-m-" + (args[args.index("-m") + 1] if "-m" in args else "")
 elif tool == "lspci":
     name = "lspci-vvv"
+elif tool == "smpquery":
+    # smpquery -C DEV -P PORT -D nodeinfo|nodedesc 0,PORT
+    dev = args[args.index("-C") + 1] if "-C" in args else ""
+    port = args[args.index("-P") + 1] if "-P" in args else ""
+    op = args[args.index("-D") + 1] if "-D" in args else ""
+    name = f"smpquery-{{op}}-{{dev}}-{{port}}"
+elif tool == "ofed_info":
+    name = "ofed_info-s"
+elif tool == "nv-fabricmanager":
+    name = "nv-fabricmanager-version"
+elif tool == "lldpctl":
+    name = "lldpctl-json"
 else:
     name = tool
 base = os.path.join({commands!r}, name)
@@ -74,6 +86,10 @@ TOOLS = {
     "mlxlink": ("mlxlink-m-",),
     "ethtool": ("ethtool-m-",),
     "lspci": ("lspci-vvv",),
+    "smpquery": ("smpquery-",),
+    "ofed_info": ("ofed_info-s",),
+    "nv-fabricmanager": ("nv-fabricmanager-version",),
+    "lldpctl": ("lldpctl-json",),
 }
 
 

@@ -199,7 +199,8 @@ def test_counter_pairs_share_boot_and_are_600_seconds_apart() -> None:
 
 COMMAND_NAME = re.compile(r"nvidia-smi-topo-m|ibstat|ibv_devinfo-v|iblinkinfo|ibdev2netdev|"
                           r"perfquery-x-[\w]+-\d+|mlnx_qos-[\w.-]+|systemctl-show-nvidia-(?:fabricmanager|imex)|dmesg|nvidia-smi-nvlink-s|"
-                          r"lspci-vvv|mlxlink-m-\w+|ethtool-m-[\w.-]+")
+                          r"lspci-vvv|mlxlink-m-\w+|ethtool-m-[\w.-]+|smpquery-node(?:info|desc)-\w+-\d+|"
+                          r"lldpctl-json|ofed_info-s|nv-fabricmanager-version")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -501,7 +502,7 @@ CHANGED: dict[str, list[str]] = {
     "dgx-h100-port-hdr": ["commands/mlxlink-m-mlx5_5.out", "commands/iblinkinfo.out", "commands/ibstat.out", "commands/ibv_devinfo-v.out",
                           "sys/class/infiniband/mlx5_5/ports/1/rate", "sys/class/net/ibp94s0/speed"],
     "dgx-h100-port-down": ["commands/mlxlink-m-mlx5_4.out", "commands/ibdev2netdev.out", "commands/iblinkinfo.out", "commands/ibstat.out",
-                           "commands/ibv_devinfo-v.out", "commands/perfquery-x-mlx5_4-1.*",
+                           "commands/ibv_devinfo-v.out", "commands/perfquery-x-mlx5_4-1.*", "commands/smpquery-node*-mlx5_4-1.*",
                            "sys/class/infiniband/mlx5_4/ports/1/*state", "sys/class/infiniband/mlx5_4/ports/1/rate",
                            "sys/class/net/ibp79s0/operstate", "sys/class/net/ibp79s0/speed"],
     "dgx-h100-mtu-2048": ["commands/ibv_devinfo-v.out", "sys/class/net/ibp*/mtu"],
@@ -522,7 +523,7 @@ CHANGED: dict[str, list[str]] = {
     "roce-h100-nccl-gid-no-address": [f"sys/class/infiniband/mlx5_2/ports/1/{kind}/{index}" for index in (2, 3)
                                       for kind in ("gids", "gid_attrs/ndevs", "gid_attrs/types")],
     "dgx-h100-topo-timeout": ["commands/nvidia-smi-topo-m.*"],
-    "dgx-h100-no-ibstat": ["commands/ibstat.*", "commands/iblinkinfo.*", "commands/perfquery-x-*"],
+    "dgx-h100-no-ibstat": ["commands/ibstat.*", "commands/iblinkinfo.*", "commands/perfquery-x-*", "commands/smpquery-*"],
     "dgx-h100-counters-saturated": ["commands/perfquery-x-mlx5_10-1.out",
                                     "sys/class/infiniband/mlx5_10/ports/1/counters/link_downed",
                                     "sys/class/infiniband/mlx5_10/ports/1/counters/symbol_error"],

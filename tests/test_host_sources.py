@@ -19,7 +19,9 @@ CONTRACT_NAMES = {"nvidia-smi-topo-m", "ibstat", "ibv_devinfo-v", "iblinkinfo", 
                   "mlnx_qos-{netdev}", "ibdev2netdev",
                   # CONTRACT 6.2
                   "nvidia-smi-nvlink-s", "dmesg", "systemctl-show-nvidia-fabricmanager", "systemctl-show-nvidia-imex",
-                  "lspci-vvv", "mlxlink-m-{dev}", "ethtool-m-{netdev}"}
+                  "lspci-vvv", "mlxlink-m-{dev}", "ethtool-m-{netdev}",
+                  "ofed_info-s", "nv-fabricmanager-version", "smpquery-nodeinfo-{dev}-{port}",
+                  "smpquery-nodedesc-{dev}-{port}", "lldpctl-json"}
 # What host may import: itself and the small shared modules every layer uses.
 HOST_MAY_IMPORT = ("netdoctor.host", "netdoctor.util", "netdoctor.errors", "netdoctor.vocabulary", "netdoctor.logging")
 
@@ -94,3 +96,22 @@ def test_host_imports_nothing_above_it() -> None:
         upward = [name for name in _imports(path)
                   if name.startswith("netdoctor") and not name.startswith(HOST_MAY_IMPORT)]
         assert upward == [], f"{path.name} imports {upward}"
+
+
+def test_first_hop_queries_are_one_direct_route_smp_per_port_and_bounded() -> None:
+    # CONTRACT 6.2: `smpquery -C DEV -P PORT -D nodeinfo 0,1`; the route's first hop must be the
+    # port the SMP leaves by (the kernel's SMI drops `0,1` sent from port 2), so it is `0,PORT`.
+    info = SOURCES_BY_NAME["smpquery-nodeinfo-{dev}-{port}"].expand(dev="mlx5_3", port=1)
+    assert (info.name, info.argv) == ("smpquery-nodeinfo-mlx5_3-1",
+                                      ("smpquery", "-C", "mlx5_3", "-P", "1", "-D", "nodeinfo", "0,1"))
+    desc = SOURCES_BY_NAME["smpquery-nodedesc-{dev}-{port}"].expand(dev="mlx4_0", port=2)
+    assert desc.argv == ("smpquery", "-C", "mlx4_0", "-P", "2", "-D", "nodedesc", "0,2")
+    for name in ("smpquery-nodeinfo-{dev}-{port}", "smpquery-nodedesc-{dev}-{port}", "lldpctl-json", "ofed_info-s",
+                 "nv-fabricmanager-version"):
+        row = SOURCES_BY_NAME[name]
+        assert row.timeout_s <= 3.0 and not row.fabric and row.in_snapshot, name
+        assert row.needs in ({"neighbors"}, {"versions"}), name
+    assert SOURCES_BY_NAME["smpquery-nodeinfo-{dev}-{port}"].scope is Scope.IB_PORT
+    assert SOURCES_BY_NAME["ofed_info-s"].expand().argv == ("ofed_info", "-s")
+    assert SOURCES_BY_NAME["nv-fabricmanager-version"].expand().argv == ("nv-fabricmanager", "--version")
+    assert SOURCES_BY_NAME["lldpctl-json"].expand().argv == ("lldpctl", "-f", "json")

@@ -37,6 +37,9 @@ from netdoctor.parsers.perftest import parse_perftest_bw
 from netdoctor.parsers.nvidia_smi_nvlink import parse_nvidia_smi_nvlink_status
 from netdoctor.parsers.systemctl import parse_systemctl_show
 from netdoctor.parsers.lspci import parse_lspci_vvv
+from netdoctor.parsers.lldpctl import parse_lldpctl_json
+from netdoctor.parsers.smpquery import parse_smpquery_nodedesc, parse_smpquery_nodeinfo
+from netdoctor.parsers.versions import parse_fabricmanager_version, parse_ofed_info
 from netdoctor.parsers.transceiver import parse_ethtool_module, parse_mlxlink_module
 from netdoctor.parsers.sysfs_values import (
     parse_counter,
@@ -84,6 +87,12 @@ PARSERS: dict[str, tuple[Callable[[str], Any], list[str]]] = {
     "ethtool-m": (parse_ethtool_module, _samples("ethtool-m")),
     "nccl-conf": (parse_nccl_conf, _samples("nccl-conf")),
     "perftest": (parse_perftest_bw, _samples("perftest")),
+    # The first-hop switch and the versions the report carries (CONTRACT 6.2/6.3).
+    "smpquery-nodeinfo": (parse_smpquery_nodeinfo, _samples("smpquery", lambda name: "-nd-" not in name)),
+    "smpquery-nodedesc": (parse_smpquery_nodedesc, _samples("smpquery", lambda name: "-nd-" in name)),
+    "lldpctl-json": (parse_lldpctl_json, _samples("lldpctl")),
+    "ofed_info": (parse_ofed_info, _samples("ofed_info")),
+    "nv-fabricmanager": (parse_fabricmanager_version, _samples("nv-fabricmanager")),
     # Each value of the real settings, as NCCL_IB_HCA / NCCL_SOCKET_IFNAME would carry it.
     "nccl-device-filter": (parse_device_filter, [line.partition("=")[2] for sample in _samples("nccl-conf")
                                                  for line in sample.splitlines() if "=" in line]),

@@ -37,6 +37,8 @@ NEEDS = {
     "pcie-tree": "the PCIe bridges above GPUs and NICs: port types, ACS, ATS, IOMMU groups (sysfs, lspci -vvv)",
     "nccl-env": "NCCL's settings: the environment and NCCL's config files (nccl-env.json)",
     "loopback": "traffic through each compute NIC, GPU memory to GPU memory (the NIC loopback)",
+    "versions": "the OFED and fabric manager versions the report carries (ofed_info -s, nv-fabricmanager --version)",
+    "neighbors": "each port's first-hop switch (smpquery by direct route, a recorded iblinkinfo, LLDP from lldpctl)",
 }
 
 

@@ -201,6 +201,16 @@ def need_nccl_env(inventory: Inventory, probe: ProbeInput) -> Verdict:
     return _unknown_from(inventory, ("nccl-env",), "NCCL's settings are not known")
 
 
+def need_versions(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    """Versions are reported as found (each source's status says why one is absent)."""
+    return None
+
+
+def need_neighbors(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    """First-hop switches are found per RDMA port; which ports have one the report says."""
+    return need_rdma(inventory, probe)
+
+
 need_ib = _link_layer_need(LinkLayer.INFINIBAND, "InfiniBand")
 need_roce = _link_layer_need(LinkLayer.ETHERNET, "RoCE")
 
@@ -221,6 +231,8 @@ NEED_JUDGES: dict[str, Callable[[Inventory, ProbeInput], Verdict]] = {
     "transceiver": need_transceiver,
     "nccl-env": need_nccl_env,
     "loopback": need_loopback,
+    "versions": need_versions,
+    "neighbors": need_neighbors,
 }
 
 

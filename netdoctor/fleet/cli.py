@@ -20,8 +20,12 @@ from netdoctor.errors import NetdoctorError, UsageError
 from netdoctor.fleet.collect import FleetCollector
 from netdoctor.fleet.outliers import DEFAULT_THRESHOLD
 from netdoctor.fleet.render import RENDERERS
-from netdoctor.fleet.report import build_fleet_report
+from netdoctor.fleet.model import NodeSummary
+from netdoctor.fleet.report import FleetReport, build_fleet_report
+from netdoctor.fleet.settings import fleet_settings
+from netdoctor.fleet.since import changes_since, load_previous
 from netdoctor.fleet.sweep import SweepOptions, parse_hosts, run_sweep
+from netdoctor.logging import configure_logging
 from netdoctor.report.render import emit
 
 log = structlog.get_logger(__name__)
@@ -58,10 +62,26 @@ class ParallelShell(StrEnum):
 
 FormatOption = Annotated[FleetFormat, typer.Option("--format", "-F", help="Output format.", case_sensitive=False)]
 OutputOption = Annotated[Path | None, typer.Option("--output", "-o", help="Write the report to this file instead of stdout.")]
+SinceOption = Annotated[
+    Path | None,
+    typer.Option("--since", help="An earlier fleet JSON report, or a directory of them (the newest is taken): "
+                 "list the nodes that changed grade, new and cleared findings, changed versions."),
+]
 ThresholdOption = Annotated[
     float,
     typer.Option("--outlier-threshold", min=0.5, help="Robust z-score (median/MAD) beyond which a node is a fleet outlier."),
 ]
+
+
+def fleet_report(nodes: list[NodeSummary], outlier_threshold: float, rules: str | None, since: Path | None) -> FleetReport:
+    """The fleet report with the pack's drift and rail settings, and what changed `since` an earlier one."""
+    settings = fleet_settings(rules)
+    report = build_fleet_report(nodes, outlier_threshold=outlier_threshold, minimum_versions=settings.minimum_versions,
+                                rail_thresholds=settings.rails)
+    if since is not None:
+        previous, source = load_previous(since)
+        report.changes = changes_since(report, previous, source)
+    return report
 
 
 @fleet_app.command("sweep")
@@ -81,6 +101,7 @@ def sweep_command(
     output_format: FormatOption = FleetFormat.TEXT,
     output: OutputOption = None,
     outlier_threshold: ThresholdOption = DEFAULT_THRESHOLD,
+    since: SinceOption = None,
 ) -> None:
     """Run `netdoctor check --format json` on every node and print the fleet report."""
     options = SweepOptions(
@@ -96,7 +117,7 @@ def sweep_command(
     )
     try:
         result = run_sweep(options)
-        report = build_fleet_report(result.nodes, outlier_threshold=outlier_threshold)
+        report = fleet_report(result.nodes, outlier_threshold, rules, since)
         emit(RENDERERS[str(output_format)](report), output)   # -o FILE: atomically
     except NetdoctorError as error:
         _fail_usage(error)
@@ -116,6 +137,9 @@ def report_command(
     output_format: FormatOption = FleetFormat.TEXT,
     output: OutputOption = None,
     outlier_threshold: ThresholdOption = DEFAULT_THRESHOLD,
+    since: SinceOption = None,
+    rules: Annotated[str | None, typer.Option("--rules", help="Rule pack whose [fleet-drift]/[fleet-rails] apply "
+                                              "(default: the default pack).")] = None,
 ) -> None:
     """Build the fleet report from saved per-node output."""
     try:
@@ -128,9 +152,10 @@ def report_command(
             if not path.exists():
                 raise UsageError(f"fleet input {path} does not exist")
             collector.add_path(path)
-        report = build_fleet_report(collector.finish(expected_hosts=expected), outlier_threshold=outlier_threshold)
-        if not report.nodes:
+        nodes = collector.finish(expected_hosts=expected)
+        if not nodes:
             raise UsageError("no node output found in the given files")
+        report = fleet_report(nodes, outlier_threshold, rules, since)
         emit(RENDERERS[str(output_format)](report), output)   # -o FILE: atomically
     except NetdoctorError as error:
         _fail_usage(error)
@@ -186,6 +211,7 @@ def probe_node_command(
 
 def main(argv: list[str] | None = None) -> int:
     """Run the fleet commands alone (`python -m netdoctor.fleet`); usage errors exit 3."""
+    configure_logging()   # warnings, to stderr: stdout is the report's
     try:
         result = fleet_app(args=argv, prog_name="netdoctor fleet", standalone_mode=False)
     except typer.Exit as exit_request:

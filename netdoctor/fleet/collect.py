@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
-from typing import TextIO
+from typing import Protocol, TextIO
 
 import structlog
 
@@ -69,14 +69,25 @@ class _Run:
         self.size = sum(map(len, lines)) + _LINE_OVERHEAD * len(lines)
 
 
+class CollectorObserver(Protocol):
+    """Told of the collector's progress: a host settled (its grade so far), a shell line."""
+
+    def settled(self, host: str, grade: NodeGrade) -> None: ...
+
+    def shell_line(self, line: str) -> None: ...
+
+
 class FleetCollector(SavedInputs):
     """Accumulates node summaries from any mix of inputs; `finish` gives one per host."""
 
-    def __init__(self, command_timeout_s: float | None = None, hosts: Iterable[str] = (), *, labelled: bool = False) -> None:
+    def __init__(self, command_timeout_s: float | None = None, hosts: Iterable[str] = (), *, labelled: bool = False,
+                 observer: CollectorObserver | None = None) -> None:
         """`hosts`: the hosts asked, where known (a sweep); a shell message naming any
         other (`srun: error: _establish_config_source: ...`) is about no host. `labelled`:
-        streams are srun's, whose lines are labelled with task numbers (`_relabelled`)."""
+        streams are srun's, whose lines are labelled with task numbers (`_relabelled`).
+        `observer` hears of each host settled and each shell line (a sweep's progress)."""
         hosts = list(hosts)
+        self.observer = observer
         self._shell = ShellMessages(frozenset(hosts), command_timeout_s)
         self._task_hosts = hosts if labelled else None
         # Senders made `invalid` for what they sent; anything more from them is dropped.
@@ -232,6 +243,8 @@ class FleetCollector(SavedInputs):
 
     def feed_stderr_line(self, line: str) -> None:
         """One line of the parallel shell's stderr: shell messages, or the remote stderr."""
+        if self.observer is not None:
+            self.observer.shell_line(line)
         if self._shell.take_shell_line(line):
             return
         host, separator, text = line.rstrip("\r\n").partition(": ")
@@ -353,6 +366,8 @@ class FleetCollector(SavedInputs):
         self._refused.add(host)
         self._file_fallbacks.discard(host)
         self._summaries[host] = no_report(host, NodeGrade.INVALID, why, source)
+        if self.observer is not None:
+            self.observer.settled(host, NodeGrade.INVALID)
 
     def _store(self, summary: NodeSummary) -> None:
         host = summary.host
@@ -364,6 +379,8 @@ class FleetCollector(SavedInputs):
             self._refuse(host, "more than one report from this sender", summary.source)
             return
         self._summaries[host] = summary
+        if self.observer is not None:
+            self.observer.settled(host, summary.grade)
 
     def _store_file_fallback(self, summary: NodeSummary) -> None:
         """The node of a report file without a usable report; never replaces a real report."""

@@ -68,6 +68,11 @@ GRADE_ORDER = (
 )
 
 
+# One compute rail of a node's report (`fabric.rails`): (port, rate in Gb/s, the GPU nearest
+# it). A plain tuple: ten thousand nodes make 80,000 of them.
+Rail = tuple[str, float | None, int | None]
+
+
 @dataclass(frozen=True, slots=True)
 class TopFinding:
     """The node's worst finding (or, for unreachable/invalid nodes, why there is no report)."""
@@ -110,10 +115,17 @@ class NodeSummary:
     reported_host: str | None = None
     # How many more findings of the node are warn or worse, besides the top one.
     other_findings: int = 0
-    # `fleet probe`: the node's GPUs and rails (its report's `fabric`) and its part of a
-    # group's measurement (a probe-node report's `probe`), bounded as read (`bounded_facts`).
-    fabric: Mapping[str, Any] = field(default_factory=dict)
+    # The report's `fabric`: GPU count and compute rails (`fleet probe`'s expectation, the
+    # rail wiring's ports); and a probe-node report's `probe` (its part of a group's
+    # measurement), bounded as read (`bounded_facts`).
+    gpus: int | None = None
+    rails: tuple[Rail, ...] = ()
     probe: Mapping[str, Any] = field(default_factory=dict)
+    # The fleet judged against itself: the report's `versions` and `neighbors` (CONTRACT
+    # 6.3), and its warn-or-worse findings (check, subject, status, summary) for `--since`.
+    versions: Mapping[str, Any] = field(default_factory=dict)
+    neighbors: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    findings: tuple[tuple[str, str | None, str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -129,6 +141,10 @@ class NodeSummary:
             data["checks"] = dict(self.check_statuses)
         if self.metrics:
             data["metrics"] = dict(self.metrics)
+        if self.versions:
+            data["versions"] = dict(self.versions)
+        if self.findings:
+            data["findings"] = [finding_json(finding) for finding in self.findings]
         return data
 
     def headline(self) -> str:
@@ -191,6 +207,7 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
     top_rank: tuple[int, int, int, str] | None = None
     grade_status = str(grade)
     flagged = 0
+    kept_findings: list[tuple[str, str | None, str, str]] = []
     intern = sys.intern
     # A check's status is the worst of its outcome and its non-shadow findings, whatever
     # their order; so the passes (nearly every finding of a healthy fleet) are taken in
@@ -212,6 +229,10 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
             check_statuses[intern(check)] = intern(status)
         if severity >= _WARN_SEVERITY:
             flagged += 1
+            if len(kept_findings) < _MAX_KEPT_FINDINGS:
+                subject = finding.get("subject")
+                kept_findings.append((intern(check), _kept(subject)[:_MAX_ID_CHARS] if subject is not None else None,
+                                      intern(status), _kept(finding.get("summary") or "")[:_MAX_FINDING_CHARS]))
             if check not in check_summaries:
                 check_summaries[check] = _kept(finding.get("summary") or "")
             rank = _top_rank(check, status, severity, grade_status, required, positions)
@@ -262,13 +283,86 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
         source=source,
         reported_host=alias,
         other_findings=flagged - 1 if top_finding is not None else 0,
-        fabric=bounded_facts(data.get("fabric"), _FABRIC_KEYS),
+        **bounded_fabric(data.get("fabric")),
         probe=bounded_facts(probe, _PROBE_KEYS),
+        versions=bounded_versions(data.get("versions")),
+        neighbors=bounded_neighbors(data.get("neighbors")),
+        findings=tuple(kept_findings),
     )
 
 
-# What the fleet keeps of a report's `fabric` and `probe` (a node's own words: bounded, typed).
-_FABRIC_KEYS = {"gpus": int, "rails": list}
+# CONTRACT 6.3's version kinds; a node's other keys are not compared.
+VERSION_KINDS = ("driver", "cuda_driver", "vbios", "hca_firmware", "ofed", "nccl", "kernel", "fabric_manager")
+_VERSION_KIND_SET = frozenset(VERSION_KINDS)
+_MAX_ID_CHARS = 128
+_MAX_FINDING_CHARS = 200
+_MAX_KEPT_FINDINGS = 32
+_MAX_PORTS = 64
+
+
+def finding_json(finding: tuple[str, str | None, str, str]) -> dict[str, Any]:
+    check, subject, status, summary = finding
+    return {"check": check, "subject": subject, "status": status, "summary": summary}
+
+
+def bounded_versions(data: Any) -> dict[str, Any]:
+    """The report's `versions`: known kinds only, a string or a map of up to 16 model -> version
+    strings, each cut to 128 characters and interned (ten thousand nodes share a few values)."""
+    if data.__class__ is not dict:
+        return {}
+    intern = sys.intern
+    kept: dict[str, Any] = {}
+    for kind, value in data.items():
+        if kind not in _VERSION_KIND_SET:
+            continue
+        if value.__class__ is str:
+            kept[kind] = intern(value[:_MAX_ID_CHARS])
+        elif value.__class__ is dict:
+            kept[kind] = {intern(str(model)[:_MAX_ID_CHARS]): intern(version[:_MAX_ID_CHARS])
+                          for model, version in list(value.items())[:16] if version.__class__ is str}
+    return kept
+
+
+def bounded_neighbors(data: Any) -> dict[str, dict[str, Any]]:
+    """The report's `neighbors`: port -> first-hop switch (guid, name, port), up to 64 ports."""
+    if data.__class__ is not dict:
+        return {}
+    intern = sys.intern
+    kept: dict[str, dict[str, Any]] = {}
+    for port, switch in list(data.items())[:_MAX_PORTS]:
+        if switch.__class__ is not dict:
+            continue
+        guid, name, number = switch.get("switch_guid"), switch.get("switch_name"), switch.get("switch_port")
+        if guid.__class__ is not str and name.__class__ is not str:
+            continue
+        kept[intern(str(port)[:_MAX_ID_CHARS])] = {
+            "switch_guid": intern(guid[:_MAX_ID_CHARS]) if guid.__class__ is str else None,
+            "switch_name": intern(name[:_MAX_ID_CHARS]) if name.__class__ is str else None,
+            "switch_port": number if number.__class__ is int and 0 <= number < 1 << 16 else None}
+    return kept
+
+
+def bounded_fabric(data: Any) -> dict[str, Any]:
+    """`gpus` and `rails` of the report's `fabric`: typed, up to 64 rails, names cut and interned."""
+    if data.__class__ is not dict:
+        return {}
+    gpus, rails = data.get("gpus"), data.get("rails")
+    kept: dict[str, Any] = {"gpus": gpus} if gpus.__class__ is int and 0 <= gpus < 1 << 16 else {}
+    if rails.__class__ is list:
+        intern = sys.intern
+        kept_rails = []
+        for rail in rails[:_MAX_PORTS]:
+            port = rail.get("port") if rail.__class__ is dict else None
+            if port.__class__ is str:
+                rate, gpu = rail.get("rate_gbps"), rail.get("gpu")
+                kept_rails.append((intern(port[:_MAX_ID_CHARS]),
+                                   float(rate) if rate.__class__ in (int, float) and math.isfinite(rate) else None,
+                                   gpu if gpu.__class__ is int and 0 <= gpu < 1 << 16 else None))
+        kept["rails"] = tuple(kept_rails)
+    return kept
+
+
+# What the fleet keeps of a probe-node report's `probe` (a node's own words: bounded, typed).
 _PROBE_KEYS = {"status": str, "reason": str, "round": int, "group": list, "busbw_gbps": float, "transport": str,
                "rails": dict, "sharp": bool, "algorithm": str, "net_plugin": str, "net_plugin_missing": bool,
                "collnet_enable": str}

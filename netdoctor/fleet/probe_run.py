@@ -27,6 +27,7 @@ from netdoctor.fleet.model import NodeGrade, NodeSummary, TopFinding
 from netdoctor.fleet.probe_node import encode_plan
 from netdoctor.fleet.probe_plan import Group, Measurement, NodeFabric, Thresholds, localise, node_grades, references
 from netdoctor.fleet.report import FleetReport, build_fleet_report
+from netdoctor.fleet.settings import fleet_settings
 from netdoctor.fleet.sweep import SweepOptions, parse_hosts, run_sweep
 
 log = structlog.get_logger(__name__)
@@ -51,29 +52,19 @@ class FleetProbeOptions:
     round_timeout_s: float | None = None  # per node and round; None: round_budget_s + ROUND_MARGIN_S
 
 
-def thresholds_from_pack(rules: str | None) -> tuple[Thresholds, bool]:
-    from netdoctor.packs import load_rules
-    section = load_rules(rules, None).section("fleet-probe")
-    return (Thresholds(efficiency=float(section["efficiency"]), pass_fraction=float(section["pass_fraction"]),
-                       warn_fraction=float(section["warn_fraction"]), rail_fraction=float(section["rail_fraction"])),
-            bool(section["sharp_expected"]))
-
-
 def fabric_of(node: NodeSummary) -> NodeFabric | None:
-    gpus = node.fabric.get("gpus")
-    if not isinstance(gpus, int) or gpus < 1:
+    if not node.gpus:
         return None
-    rails = tuple((str(rail.get("port")), rail.get("rate_gbps") if isinstance(rail.get("rate_gbps"), (int, float)) else None)
-                  for rail in node.fabric.get("rails", []) if isinstance(rail, dict))
-    return NodeFabric(gpus, rails)
+    return NodeFabric(node.gpus, tuple((port, rate) for port, rate, _ in node.rails))
 
 
 def run_fleet_probe(options: FleetProbeOptions) -> FleetReport:
-    thresholds, sharp_expected = thresholds_from_pack(options.rules)
+    settings = fleet_settings(options.rules)
+    thresholds, sharp_expected = settings.probe, settings.sharp_expected
     asked = parse_hosts(options.hosts)
     check = run_sweep(SweepOptions(options.hosts, options.via, options.fanout, options.timeout_s, options.rcmd,
                                    remote_command=options.check_command, no_probe=options.check_command is None,
-                                   rules=options.rules if options.check_command is None else None))
+                                   rules=options.rules if options.check_command is None else None), label="check")
     fabrics: dict[str, NodeFabric] = {}
     left_out: dict[str, NodeSummary] = {}
     for node in check.nodes:
@@ -95,7 +86,8 @@ def run_fleet_probe(options: FleetProbeOptions) -> FleetReport:
     measurements, suspects = localise(sorted(fabrics), fabrics, thresholds, measure, options.port)
     grades = node_grades(sorted(fabrics), measurements, suspects, fabrics, thresholds)
     checked = {node.host: node for node in check.nodes}
-    nodes = [NodeSummary(host, NodeGrade(grade), TopFinding(why[:500], "fleet-probe"), fabric=checked[host].fabric)
+    nodes = [NodeSummary(host, NodeGrade(grade), TopFinding(why[:500], "fleet-probe"), gpus=checked[host].gpus,
+                         rails=checked[host].rails, versions=checked[host].versions, neighbors=checked[host].neighbors)
              for host, (grade, why) in grades.items()]
     nodes += list(left_out.values())
     missing = [host for host in asked if host not in grades and host not in left_out]
@@ -115,7 +107,7 @@ def _run_round(options: FleetProbeOptions, number: int, groups: list[Group],
     log.info("fleet probe round", round=number, groups=len(groups), nodes=len(members))
     timeout_s = options.round_timeout_s or options.round_budget_s + ROUND_MARGIN_S
     result = run_sweep(SweepOptions(str(NodeSet.fromlist(members)), options.via, max(len(members), 1), timeout_s,
-                                    options.rcmd, remote_command=command))
+                                    options.rcmd, remote_command=command), label=f"round {number}")
     answers = {node.host: node for node in result.nodes}
     return [_group_measurement(number, group, answers) for group in groups]
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import html
 import json
-import math
-import statistics
 
-from ClusterShell.NodeSet import NodeSet
-
-from netdoctor.fleet.probe_render import probe_html, probe_text_lines
+from netdoctor.fleet.html_parts import changes_html, drift_html, escape, folded_note, grid_html, rails_html
 from netdoctor.fleet.model import BUSBW_METRIC, GRADE_ORDER, NodeGrade, NodeSummary
+from netdoctor.fleet.probe_render import probe_html, probe_text_lines
 from netdoctor.fleet.report import FleetReport
+from netdoctor.fleet.svg import busbw_dotplot_svg, busbw_histogram_svg
+from netdoctor.fleet.text_sections import changes_lines, drift_lines, rail_lines
+from netdoctor.fleet.views import fold_hosts
 from netdoctor.textsafe import safe_text
 
 # Text output lists at most this many nodes per section, then folds the rest.
@@ -45,6 +44,8 @@ def render_text(report: FleetReport) -> str:
     counts = report.counts
     lines.append(f"netdoctor fleet: {_nodes(len(report.nodes))} (generated {report.generated_at})")
     lines.append("  " + "  ".join(f"{grade} {counts[grade]}" for grade in counts))
+    # What an on-call engineer reads first: the news since the previous report.
+    lines += changes_lines(report.changes)
     problem_nodes = [node for node in report.nodes if node.grade in _PROBLEM_GRADES]
     attention_nodes = [node for node in report.nodes if node.grade in _ATTENTION_GRADES]
     if problem_nodes:
@@ -78,6 +79,8 @@ def render_text(report: FleetReport) -> str:
     if passing:
         lines.append("")
         lines.append(f"Passing: {_fold(passing)}")
+    lines += drift_lines(report.drift)
+    lines += rail_lines(report.rails)
     return "\n".join(lines) + "\n"
 
 
@@ -98,14 +101,8 @@ def _node_lines(nodes: list[NodeSummary]) -> list[str]:
 
 def _fold(hosts: list[str]) -> str:
     """The hosts as a folded host list (`node[001-128]`), safe to print."""
-    try:
-        folded = str(NodeSet.fromlist(hosts))
-    except Exception:  # ClusterShell refuses some odd names; a plain list loses nothing.
-        folded = ",".join(hosts)
-    return safe_text(folded)
+    return safe_text(fold_hosts(hosts))
 
-
-_STATUS_LETTER = {"pass": "·", "warn": "W", "fail": "F", "unknown": "U", "skip": "–"}
 
 _CSS = """
 :root{--pass:#2e7d32;--warn:#f9a825;--fail:#c62828;--unknown:#6a1b9a;--skip:#cfd8dc;--unreachable:#37474f;--invalid:#ad1457;--none:#f5f5f5}
@@ -128,6 +125,13 @@ table{border-collapse:collapse}
 #controls{position:sticky;top:0;background:#fff;z-index:3;padding:6px 0}
 #q{width:28em;padding:3px}
 svg text{font:10px sans-serif}
+td.hosts{max-width:90ch;overflow-wrap:anywhere;font:11px/1.3 ui-monospace,monospace}
+.st{display:inline-block;padding:0 5px;border-radius:3px;color:#fff}.st.s-warn{color:#000}
+#drift tr.minority td,#drift tr.below td,#rails tr.odd td{background:#fff3e0}
+#grid tr.fold td.host{font-weight:400;font-style:italic}
+.note{color:#616161;margin:2px 0}
+#busbw-dots .d-fail{fill:var(--fail)}#busbw-dots .d-warn{fill:var(--warn)}#busbw-dots .d-unknown{fill:var(--unknown)}
+#busbw-dots .d-out{fill:#fff;stroke:var(--fail);stroke-width:2}#busbw-dots text.label{fill:var(--fail)}
 """
 
 _SCRIPT = """
@@ -135,12 +139,13 @@ _SCRIPT = """
   var q=document.getElementById('q'),only=document.getElementById('only'),shown=document.getElementById('shown');
   var rows=Array.prototype.slice.call(document.querySelectorAll('#grid tbody tr'));
   var text=rows.map(function(r){return r.textContent.toLowerCase()+' '+r.getAttribute('data-g');});
+  var weight=rows.map(function(r){return +(r.getAttribute('data-n')||1);});
   function apply(){
     var terms=q.value.toLowerCase().split(/\\s+/).filter(Boolean),problems=only.checked,n=0;
     for(var i=0;i<rows.length;i++){
       var ok=!(problems&&rows[i].getAttribute('data-g')==='pass');
       for(var j=0;ok&&j<terms.length;j++){ok=text[i].indexOf(terms[j])>=0;}
-      rows[i].style.display=ok?'':'none'; if(ok)n++;
+      rows[i].style.display=ok?'':'none'; if(ok)n+=weight[i];
     }
     shown.textContent=n;
   }
@@ -149,13 +154,7 @@ _SCRIPT = """
 """
 
 
-def _escape(text: str) -> str:
-    """Markup and control characters of node text escaped for the page."""
-    return html.escape(safe_text(text))
-
-
 def render_html(report: FleetReport) -> str:
-    escape = _escape
     counts = report.counts
     parts: list[str] = [
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
@@ -166,11 +165,15 @@ def render_html(report: FleetReport) -> str:
     for grade in GRADE_ORDER:
         parts.append(f"<span class=\"badge g-{grade}\" data-count=\"{counts[grade]}\">{grade} {counts[grade]}</span>")
     parts.append("</div>")
+    # The news first: what an on-call engineer opens the page for.
+    parts.append(changes_html(report.changes))
 
     busbw = [node.metrics[BUSBW_METRIC] for node in report.nodes if BUSBW_METRIC in node.metrics]
     if busbw:
         parts.append("<h2>NCCL bus bandwidth (GB/s) across the fleet</h2>")
         parts.append(busbw_histogram_svg(busbw, {o.host for o in report.outliers if o.metric == BUSBW_METRIC}))
+        parts.append("<h2>NCCL bus bandwidth (GB/s) per node</h2>")
+        parts.append(busbw_dotplot_svg(report.nodes, report.outliers, report.outlier_threshold))
     if report.outliers:
         parts.append(f"<h2>Fleet outliers (robust z-score beyond {report.outlier_threshold:g})</h2><table class=\"small\" id=\"outliers\">")
         parts.append("<tr><th>host</th><th>metric</th><th>value</th><th>fleet median</th><th>z</th></tr>")
@@ -187,6 +190,8 @@ def render_html(report: FleetReport) -> str:
         for tally in tallies:
             parts.append(f"<tr><td>{escape(tally.check)}</td><td>{tally.fail}</td><td>{tally.unknown}</td><td>{tally.warn}</td></tr>")
         parts.append("</table>")
+    parts.append(drift_html(report.drift))
+    parts.append(rails_html(report.rails))
 
     parts.append(
         "<h2>Nodes × checks</h2><div id=\"controls\"><input id=\"q\" type=\"search\" "
@@ -194,61 +199,9 @@ def render_html(report: FleetReport) -> str:
         "<label><input id=\"only\" type=\"checkbox\"> only nodes that did not pass</label> "
         f"&nbsp; <span id=\"shown\">{len(report.nodes)}</span> of {len(report.nodes)} shown</div>"
     )
-    parts.append("<table id=\"grid\"><thead><tr><th>host</th><th>grade</th>")
-    for check in report.checks:
-        parts.append(f"<th class=\"check\" title=\"{escape(check)}\">{escape(check)}</th>")
-    parts.append("<th>worst finding</th></tr></thead><tbody>")
-    outlier_hosts = {outlier.host for outlier in report.outliers}
-    for node in report.nodes:
-        host = escape(node.label())
-        flag = " outlier" if node.host in outlier_hosts else ""
-        parts.append(f"<tr data-g=\"{node.grade}\"><td class=\"host\">{host}</td><td class=\"g g-{node.grade}{flag}\">{node.grade}</td>")
-        for check in report.checks:
-            status = node.check_statuses.get(check)
-            if status is None:
-                parts.append("<td class=\"c s-none\"></td>")
-                continue
-            summary = node.check_summaries.get(check)
-            title = f" title=\"{escape(check)}: {escape(summary)}\"" if summary else ""
-            parts.append(f"<td class=\"c s-{status}\"{title}>{_STATUS_LETTER.get(status, '?')}</td>")
-        top = escape(node.headline())
-        parts.append(f"<td class=\"top\">{top}</td></tr>")
-    parts.append(f"</tbody></table><script>{_SCRIPT}</script></body></html>\n")
-    return "".join(parts)
-
-
-def busbw_histogram_svg(values: list[float], outlier_hosts: set[str]) -> str:
-    """An inline SVG histogram of bus bandwidth with the fleet median marked."""
-    width, height, margin = 640, 170, 28
-    low, high = min(values), max(values)
-    bins = max(5, min(40, int(math.sqrt(len(values))) + 1))
-    span = high - low or 1.0
-    counts = [0] * bins
-    for value in values:
-        counts[min(bins - 1, int((value - low) / span * bins))] += 1
-    tallest = max(counts)
-    bar_width = (width - 2 * margin) / bins
-    median = statistics.median(values)
-    parts = [f"<svg id=\"busbw-histogram\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" role=\"img\">"]
-    for index, count in enumerate(counts):
-        if not count:
-            continue
-        bar_height = (height - 2 * margin) * count / tallest
-        x = margin + index * bar_width
-        y = height - margin - bar_height
-        bin_low = low + span * index / bins
-        bin_high = low + span * (index + 1) / bins
-        parts.append(
-            f"<rect class=\"bar\" x=\"{x:.1f}\" y=\"{y:.1f}\" width=\"{max(bar_width - 1, 1):.1f}\" height=\"{bar_height:.1f}\" fill=\"#1565c0\">"
-            f"<title>{bin_low:.1f}–{bin_high:.1f} GB/s: {_nodes(count)}</title></rect>"
-        )
-    median_x = margin + (median - low) / span * (width - 2 * margin)
-    parts.append(f"<line x1=\"{median_x:.1f}\" x2=\"{median_x:.1f}\" y1=\"{margin - 6}\" y2=\"{height - margin}\" stroke=\"#c62828\" stroke-dasharray=\"4 3\"/>")
-    parts.append(f"<text x=\"{median_x + 3:.1f}\" y=\"{margin - 8}\">median {median:.1f}</text>")
-    parts.append(f"<text x=\"{margin}\" y=\"{height - 8}\">{low:.1f}</text>")
-    parts.append(f"<text x=\"{width - margin}\" y=\"{height - 8}\" text-anchor=\"end\">{high:.1f}</text>")
-    parts.append(f"<text x=\"{width / 2:.0f}\" y=\"{height - 8}\" text-anchor=\"middle\">{_nodes(len(values))}, {len(outlier_hosts)} low outliers</text>")
-    parts.append("</svg>")
+    parts.append(folded_note(report))
+    parts.append(grid_html(report))
+    parts.append(f"<script>{_SCRIPT}</script></body></html>\n")
     return "".join(parts)
 
 

@@ -1,14 +1,17 @@
-"""The `netdoctor.fleet/1` report: counts, nodes worst first, failing checks, outliers."""
+"""The `netdoctor.fleet/1` report: counts, nodes worst first, failing checks, outliers, version
+drift and rail wiring."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from netdoctor.fleet.drift import drifted, find_drift
 from netdoctor.fleet.model import GRADE_ORDER, NodeGrade, NodeSummary
 from netdoctor.fleet.outliers import DEFAULT_THRESHOLD, Outlier, find_outliers
+from netdoctor.fleet.rails import RailThresholds, find_rails
 from netdoctor.util import natural_key, utc_now_iso
 
 FLEET_SCHEMA = "netdoctor.fleet/1"
@@ -34,6 +37,12 @@ class FleetReport:
     checks: list[str] = field(default_factory=list)
     # `fleet probe`'s pairs, suspects and rounds (CONTRACT 6.3); empty in a sweep or report.
     probe: dict[str, Any] = field(default_factory=lambda: {"pairs": [], "suspects": []})
+    # The fleet judged against itself (CONTRACT 6.3): version drift per kind and like
+    # hardware, and rail wiring per leaf switch (netdoctor.fleet.drift / .rails).
+    drift: list[dict[str, Any]] = field(default_factory=list)
+    rails: list[dict[str, Any]] = field(default_factory=list)
+    # `fleet report --since`: what changed against an earlier fleet report (netdoctor.fleet.since).
+    changes: dict[str, Any] | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -60,7 +69,8 @@ class FleetReport:
 
     @property
     def exit_code(self) -> int:
-        """0 all pass; 1 any warn or outlier; 3 any unknown; 2 any fail, unreachable or invalid.
+        """0 all pass; 1 any warn, outlier, version drift or miswired rail; 3 any unknown; 2 any
+        fail, unreachable or invalid.
 
         The order follows the node grade rule (fail > unknown > warn > pass): a node that
         did not answer or answered garbage cannot be trusted with a job, like a failing one.
@@ -70,7 +80,7 @@ class FleetReport:
             return 2
         if NodeGrade.UNKNOWN in grades:
             return 3
-        if NodeGrade.WARN in grades or self.outliers:
+        if NodeGrade.WARN in grades or self.outliers or drifted(self.drift) or any(leaf["odd"] for leaf in self.rails):
             return 1
         return 0
 
@@ -84,6 +94,9 @@ class FleetReport:
             "outliers": [outlier.to_json() for outlier in self.outliers],
             "outlier_threshold": self.outlier_threshold,
             "probe": self.probe,
+            "drift": self.drift,
+            "rails": self.rails,
+            **({"changes": self.changes} if self.changes is not None else {}),
         }
 
 
@@ -91,6 +104,8 @@ def build_fleet_report(
     nodes: Iterable[NodeSummary],
     outlier_threshold: float = DEFAULT_THRESHOLD,
     generated_at: str | None = None,
+    minimum_versions: Mapping[str, str] | None = None,
+    rail_thresholds: RailThresholds = RailThresholds(),
 ) -> FleetReport:
     ordered = sorted(nodes, key=lambda node: (-node.grade.severity, natural_key(node.host)))
     # Columns in the order the nodes' reports list their checks (the engine's: the
@@ -107,4 +122,6 @@ def build_fleet_report(
         outliers=find_outliers(ordered, threshold=outlier_threshold),
         outlier_threshold=outlier_threshold,
         checks=checks,
+        drift=find_drift(ordered, minimum_versions),
+        rails=find_rails(ordered, rail_thresholds),
     )

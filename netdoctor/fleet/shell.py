@@ -27,6 +27,39 @@ _SHELL_PREFIX = re.compile(
 _SHELL_ERROR = re.compile(r"^(?P<shell>pdsh@[^:\s]+|clush|srun)(?:: error)?:\s+(?P<message>.*)$")
 _EXIT_CODE = re.compile(r"exit(?:ed)? (?:with )?(?:exit )?code (?P<code>\d+)", re.IGNORECASE)
 _TIMEOUT = re.compile(r"command timeout|timed out", re.IGNORECASE)
+# `pdsh@vm: n3: sh killed by signal 9`: the node's command died (OOM killer, a reboot).
+_KILLED = re.compile(r"killed by signal \d+")
+# `netdoctor check`'s own exit codes for pass, warn and unknown: the node's report (which
+# pdsh has written to stdout before it says how the command exited) grades it.
+_NOT_FAILING_CODES = frozenset((0, 1, 3))
+
+
+def host_done(line: str) -> tuple[str, bool] | None:
+    """The host a line of the shell's stderr says is done, and whether that failed; None if
+    it says no such thing. What the host itself sent (a report) outranks this: a report may
+    still be read after `exited with exit code 1` (the shell's stderr and stdout are read
+    apart), and the grade is the report's. Exit codes of netdoctor's pass, warn and unknown
+    are no failure; a node that exits so without a report fails only in the fleet report.
+
+        pdsh@vm: n3: sh exited with exit code 2    -> ("n3", True)
+        pdsh@vm: n4: sh exited with exit code 1    -> ("n4", False)
+        clush: n2: command timeout                 -> ("n2", True)
+        n2: command timeout                        -> ("n2", True)   (srun's `timeout`, relabelled)
+    """
+    line = line.rstrip("\r\n")
+    shell = _SHELL_PREFIX.match(line)
+    if shell is None:
+        host, separator, text = line.partition(": ")
+        if separator and host and " " not in host and text.strip() == "command timeout":
+            return host, True
+        return None
+    message = shell["message"]
+    if _TIMEOUT.search(message) or _KILLED.search(message):
+        return shell["host"], True
+    code = _EXIT_CODE.search(message)
+    if code:
+        return shell["host"], int(code["code"]) not in _NOT_FAILING_CODES
+    return None
 
 
 class ShellMessages:

@@ -5,7 +5,8 @@ group, with a wall-clock watchdog over the whole sweep; its stdout is streamed l
 line into a `FleetCollector`, so a 4,000-node sweep never holds 4,000 reports.
 
 The shell is started through the host layer's runner (`spawn`), which registers its
-process group and owns the kill; the sweep only streams its output.
+process group and owns the kill; the sweep only streams its output. On a terminal, a
+progress line on stderr (`progress`) counts the hosts as their output is attributed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ClusterShell.NodeSet import NodeSet, NodeSetException
 from netdoctor.errors import UsageError
 from netdoctor.fleet.collect import FleetCollector
 from netdoctor.fleet.model import NodeSummary
+from netdoctor.fleet.progress import progress_line
 from netdoctor.host.runner import spawn
 
 log = structlog.get_logger(__name__)
@@ -37,7 +39,6 @@ _SWEEP_MARGIN_S = 30.0
 # command's does not (pdsh glues an unterminated last line onto another node's line), and
 # the command's exit status is kept for the shell to report.
 _NEWLINE_AFTER = "; rc=$?; echo; exit $rc"
-
 
 @dataclass(frozen=True)
 class SweepOptions:
@@ -145,8 +146,11 @@ def _newline_terminated(argv: list[str]) -> list[str]:
     return ["sh", "-c", remote + _NEWLINE_AFTER]
 
 
-def run_sweep(options: SweepOptions) -> SweepResult:
-    """Run the sweep and return one summary per host asked (plus any host that answered)."""
+def run_sweep(options: SweepOptions, *, label: str = "sweep") -> SweepResult:
+    """Run the sweep and return one summary per host asked (plus any host that answered).
+
+    `label` names the sweep on the progress line (`round 2: 412/1000 answered, ...`).
+    """
     command = build_sweep_command(options)
     node_set = parse_hosts(options.hosts)
     rounds = math.ceil(len(node_set) / options.fanout) if options.via != "srun" else 1
@@ -157,7 +161,9 @@ def run_sweep(options: SweepOptions) -> SweepResult:
     try:
         # The runner's watchdog stops the whole group (pdsh and every ssh it forked) at
         # the budget, even while this thread blocks reading the shell's output.
-        with spawn(command, env=os.environ, timeout_s=budget, text=True, watchdog=True) as group:
+        with spawn(command, env=os.environ, timeout_s=budget, text=True, watchdog=True) as group, \
+                progress_line(label, node_set, budget) as progress:
+            collector.observer = progress
             process = group.process
             assert process.stdout is not None and process.stderr is not None
             stderr_reader = threading.Thread(target=collector.feed_stderr, args=(process.stderr,), daemon=True)
@@ -185,3 +191,4 @@ def run_sweep(options: SweepOptions) -> SweepResult:
         duration_s=duration,
         killed=killed,
     )
+

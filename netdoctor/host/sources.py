@@ -119,6 +119,30 @@ SOURCES: tuple[Source, ...] = (
     # whole (not root when captured); also what a support bundle is expected to hold.
     Source("lspci-vvv", ("lspci", "-vvv", "-D"), "netdoctor.parsers.lspci:parse_lspci_vvv", _needs("pcie-tree"),
            timeout_s=8.0, max_output_bytes=16 * 1024 * 1024, root=True),
+    # The rows below feed only the report's `neighbors` and `versions` (no check): they come
+    # last, so on a busy node the checks' tools get the runner's workers first. The
+    # first-hop switch keeps its own order of trust, smpquery over a fabric scan over LLDP,
+    # in its joiners (netdoctor.inventory.from_neighbors).
+    # Each IB port's first-hop switch, asked of that switch by one direct-route SMP (`0,PORT`:
+    # out of this port, one hop): it loads no SM and sweeps nothing, so it stays cheap in a
+    # prolog on thousands of nodes. NodeInfo gives the switch's GUID and the port we land on
+    # (LocalPort), NodeDesc its name. It beats a fabric scan's view of the same cable.
+    Source("smpquery-nodeinfo-{dev}-{port}", ("smpquery", "-C", "{dev}", "-P", "{port}", "-D", "nodeinfo", "0,{port}"),
+           "netdoctor.parsers.smpquery:parse_smpquery_nodeinfo", _needs("neighbors"), Scope.IB_PORT, timeout_s=3.0,
+           root=True),
+    Source("smpquery-nodedesc-{dev}-{port}", ("smpquery", "-C", "{dev}", "-P", "{port}", "-D", "nodedesc", "0,{port}"),
+           "netdoctor.parsers.smpquery:parse_smpquery_nodedesc", _needs("neighbors"), Scope.IB_PORT, timeout_s=3.0,
+           root=True),
+    # The switch each Ethernet (RoCE) port is cabled to, as lldpd heard it.
+    Source("lldpctl-json", ("lldpctl", "-f", "json"), "netdoctor.parsers.lldpctl:parse_lldpctl_json",
+           _needs("neighbors"), timeout_s=3.0),
+    # Versions the report carries for the fleet's drift (CONTRACT 6.3 `versions`): the OFED
+    # distribution, and the fabric manager, which must match the GPU driver to the build.
+    Source("ofed_info-s", ("ofed_info", "-s"), "netdoctor.parsers.versions:parse_ofed_info", _needs("versions"),
+           timeout_s=3.0, max_output_bytes=64 * 1024),
+    Source("nv-fabricmanager-version", ("nv-fabricmanager", "--version"),
+           "netdoctor.parsers.versions:parse_fabricmanager_version", _needs("versions"), timeout_s=3.0,
+           max_output_bytes=64 * 1024),
 )
 
 SOURCES_BY_NAME: dict[str, Source] = {source.name: source for source in SOURCES}

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from netdoctor.host.sources import Scope
 from netdoctor.host.types import CommandResult, NodeSource
 from netdoctor.inventory.from_nccl_env import read_nccl_env
+from netdoctor.inventory.from_neighbors import place_lldp_neighbors
 from netdoctor.inventory.from_nvml import read_nvml
 from netdoctor.inventory.from_pci import read_pci_tree, read_virtualization
 from netdoctor.inventory.from_sysfs import (
@@ -131,3 +132,4 @@ def _join(draft: Draft) -> None:
             netdev = inventory.netdev(port.netdev) if port.netdev else None
             if netdev is not None:
                 netdev.rdma_port = port.name
+    place_lldp_neighbors(inventory)

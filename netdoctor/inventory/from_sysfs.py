@@ -167,6 +167,9 @@ def read_peer_memory(draft: Draft) -> None:
         nv_peer_mem=draft.sys.is_dir("module/nv_peer_mem"),
         gdrdrv=draft.sys.is_dir("module/gdrdrv"),
     )
+    # MLNX_OFED's mlx5_core (and kernels before 5.10) carry a module version; the inbox driver
+    # of a current kernel has none (its version is the kernel's).
+    draft.inventory.rdma_driver_version = (clean(draft.sys.read("module/mlx5_core/version")) or "")[:64] or None
 
 
 def read_netdevs(draft: Draft) -> None:

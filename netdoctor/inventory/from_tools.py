@@ -15,6 +15,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from netdoctor.host.sources import Source
+from netdoctor.inventory.from_neighbors import (
+    iblinkinfo_neighbor,
+    join_smpquery_nodedesc,
+    join_smpquery_nodeinfo,
+    switch_guids_by_lid,
+)
 from netdoctor.inventory.from_pci import join_lspci
 from netdoctor.inventory.hardware import ca_type_from_part_id
 from netdoctor.inventory.merge import Draft
@@ -39,8 +45,10 @@ from netdoctor.parsers.ibv_devinfo import IbvDevice
 from netdoctor.parsers.mlnx_qos import MlnxQos
 from netdoctor.parsers.perfquery import PerfqueryBlock, counters_as_sysfs
 from netdoctor.parsers.kernel_log import KernelLogLines
+from netdoctor.parsers.lldpctl import LldpNeighbor
 from netdoctor.parsers.nvidia_smi_nvlink import GpuNvlinks
 from netdoctor.parsers.systemctl import UnitState
+from netdoctor.parsers.versions import OfedVersion
 from netdoctor.util import parse_iso_utc
 
 PARSERS_PACKAGE = "netdoctor.parsers."
@@ -115,10 +123,12 @@ def join_topology(draft: Draft, topology: Topology, fields: Mapping[str, str]) -
 
 
 def join_iblinkinfo(draft: Draft, links: list[FabricLink], fields: Mapping[str, str]) -> None:
-    """Peers and "could be" rates of local ports, found in the fabric dump by port GUID or LID."""
+    """Peers, first-hop switches and "could be" rates of local ports, found in the fabric dump
+    by port GUID or LID."""
     ports = draft.inventory.ports
     by_guid = {port.port_guid: port for port in ports if port.port_guid}
     by_lid = {port.lid: port for port in ports if port.lid and port.link_layer is not LinkLayer.ETHERNET}
+    switch_guids = switch_guids_by_lid(links)
     for link in links:
         if link.node_kind != "CA":
             continue
@@ -128,6 +138,7 @@ def join_iblinkinfo(draft: Draft, links: list[FabricLink], fields: Mapping[str, 
         if port is None:
             continue
         port.peer = " ".join(str(part) for part in (link.peer_description, f"port {link.peer_port}" if link.peer_port else None) if part) or None
+        port.neighbor = port.neighbor or iblinkinfo_neighbor(link, switch_guids)
         if link.could_be_width or link.could_be_lane_gbps:
             port.could_be = sysfs_values.rate_from_lanes(
                 link.could_be_width or link.width, link.could_be_lane_gbps or link.lane_gbps
@@ -218,6 +229,19 @@ def _join_service(unit: str) -> Joiner:
     return join
 
 
+def join_lldpctl(draft: Draft, neighbors: dict[str, LldpNeighbor], fields: Mapping[str, str]) -> None:
+    """What lldpd heard per interface; placed on the RDMA ports once netdevs are known (build._join)."""
+    draft.inventory.lldp = dict(neighbors)
+
+
+def join_ofed_info(draft: Draft, version: OfedVersion, fields: Mapping[str, str]) -> None:
+    draft.inventory.ofed_version = version.text
+
+
+def join_fabric_manager_version(draft: Draft, version: str, fields: Mapping[str, str]) -> None:
+    draft.inventory.fabric_manager_version = version
+
+
 JOINERS: dict[str, Joiner] = {
     "ibstat": join_ibstat,
     "ibv_devinfo-v": join_ibv_devinfo,
@@ -233,6 +257,11 @@ JOINERS: dict[str, Joiner] = {
     "lspci-vvv": join_lspci,
     "mlxlink-m-{dev}": join_mlxlink_module,
     "ethtool-m-{netdev}": join_ethtool_module,
+    "smpquery-nodeinfo-{dev}-{port}": join_smpquery_nodeinfo,
+    "smpquery-nodedesc-{dev}-{port}": join_smpquery_nodedesc,
+    "lldpctl-json": join_lldpctl,
+    "ofed_info-s": join_ofed_info,
+    "nv-fabricmanager-version": join_fabric_manager_version,
 }
 
 

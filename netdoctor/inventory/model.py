@@ -26,6 +26,7 @@ from netdoctor.inventory.fabric_model import (  # noqa: F401  (re-exported)
     PcieLink,
     ServiceState,
 )
+from netdoctor.parsers.lldpctl import LldpNeighbor
 from netdoctor.parsers.nccl_env import NcclSettings
 from netdoctor.vocabulary import LinkLayer, LinkRate, PhysState, PortState, Topology
 
@@ -91,6 +92,7 @@ class Port:
     # iblinkinfo: what the link could run at when it runs below it, and the peer.
     could_be: LinkRate | None = None
     peer: str | None = None
+    neighbor: FirstHop | None = None     # the switch this port is cabled to (smpquery, iblinkinfo, LLDP)
     # RoCE GID table (the first GID_SLOTS_READ entries): index -> (type, address); None: not read.
     gids: dict[int, Gid] | None = None
     sources: tuple[str, ...] = ()
@@ -102,6 +104,24 @@ class Port:
     @property
     def is_active(self) -> bool:
         return self.state is PortState.ACTIVE
+
+
+@dataclass(frozen=True)
+class FirstHop:
+    """The switch at the other end of a port's cable (CONTRACT 6.3 `neighbors`).
+
+    IB: the switch's node GUID (`0x` + 16 lower-case hex digits, as iblinkinfo prints it),
+    its name (the hostname of an `MF0;leaf-07:MQM9700/U1` description) and the switch port
+    the cable lands on. Ethernet (LLDP): the chassis id (a MAC for most switches), the system
+    name, and the switch's port id (`Ethernet12`), a number only where it is one.
+    """
+
+    switch_guid: str | None
+    switch_name: str | None
+    switch_port: int | None
+    source: str                              # smpquery | iblinkinfo | lldp
+    description: str | None = None           # the full IB node description / LLDP port description
+    port_id: str | None = None               # LLDP: the switch's own name for the port
 
 
 # NCCL_IB_GID_INDEX values in use are small (3 on most RoCE v2 clusters); the table has 256.
@@ -257,6 +277,10 @@ class Inventory:
     virtualization: str | None = None          # "none" on bare metal, else what says it is a VM; None: unknown
     transceivers: dict[str, ModuleDiagnostics] = field(default_factory=dict)   # RDMA port (or netdev) -> module
     nccl: NcclSettings | None = None           # NCCL's settings (nccl-env); None: not captured
+    ofed_version: str | None = None            # ofed_info -s: `MLNX_OFED_LINUX-23.10-1.1.9.0`
+    rdma_driver_version: str | None = None     # /sys/module/mlx5_core/version (MLNX_OFED's, older kernels)
+    fabric_manager_version: str | None = None  # nv-fabricmanager --version: `580.95.05`
+    lldp: dict[str, LldpNeighbor] = field(default_factory=dict)   # local netdev -> what lldpd heard there
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)
 

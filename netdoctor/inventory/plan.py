@@ -8,6 +8,8 @@ as a NOT_RUN source with the reason, so the needs gate can still say why a fact 
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
@@ -34,8 +36,12 @@ IMPLIED_NEEDS: dict[str, frozenset[str]] = {
     "pcie-tree": frozenset({"gpus", "rdma"}),    # the tree is read above GPUs and NICs
     "transceiver": frozenset({"rdma"}),
     "nccl-env": frozenset({"rdma", "gpus", "pcie-tree"}),
-    "loopback": frozenset({"gpus", "topology", "rdma", "pcie-tree"}),   # rails, their GPUs, passive causes   # names to check against; GPUDirect and NVLink context
+    "loopback": frozenset({"gpus", "topology", "rdma", "pcie-tree"}),   # rails, their GPUs, passive causes
+    "neighbors": frozenset({"rdma"}),            # a neighbour is found per RDMA port (its GUIDs, LIDs, netdev)
 }
+# Needs that only the report's `versions` and `neighbors` read: no check judges them, so a
+# source serving only these that hangs is not reported as a check that judged without it.
+REPORT_ONLY_NEEDS = frozenset({"versions", "neighbors"})
 FABRIC_SCAN_NOT_ASKED = "fabric scan not asked for (--fabric-scan)"
 NOT_NEEDED = "not needed by the selected checks"
 LIVE_ONLY = "collected only on a live node"
@@ -48,6 +54,26 @@ class Job:
     row: Source
     fields: Mapping[str, str]
     spec: CommandSpec
+
+
+@functools.cache
+def _templates() -> tuple[tuple[Source, re.Pattern[str]], ...]:
+    return tuple((row, re.compile(re.sub(r"\\\{\w+\\\}", ".+", re.escape(row.name))))
+                 for row in SOURCES if "{" in row.name)
+
+
+def row_named(name: str) -> Source | None:
+    """The row a source's name comes from: `perfquery-x-mlx5_0-1` -> `perfquery-x-{dev}-{port}`."""
+    row = SOURCES_BY_NAME.get(name)
+    if row is not None:
+        return row
+    return next((row for row, pattern in _templates() if pattern.fullmatch(name)), None)
+
+
+def report_only(name: str) -> bool:
+    """Does the source `name` serve only the report's versions and neighbours (no check)?"""
+    row = row_named(name)
+    return row is not None and bool(row.needs) and row.needs <= REPORT_ONLY_NEEDS
 
 
 def with_implied(needs: frozenset[str]) -> frozenset[str]:

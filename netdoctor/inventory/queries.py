@@ -2,7 +2,8 @@
 
 Pure functions of the inventory model: where an HCA sits relative to the GPUs, which RDMA
 device is an SR-IOV VF's physical function, why a source gave no fact, the versions a node
-reports, and the GPUs and NICs of the PCIe tree with their paths to the root port.
+reports and its ports' first-hop switches, and the GPUs and NICs of the PCIe tree with their
+paths to the root port.
 """
 
 from __future__ import annotations
@@ -116,9 +117,13 @@ def unavailable_reason(inventory: Inventory, *source_names: str) -> str:
     return f"not reported by {' or '.join(source_names)}"
 
 
-def versions(inventory: Inventory) -> dict[str, Any]:
+def versions(inventory: Inventory, nccl: str | None = None) -> dict[str, Any]:
     """The software and firmware versions the node reports (CONTRACT 6.3 `versions`): what a
-    fleet compares to find the odd node. Several values of one kind on one node are all kept."""
+    fleet compares to find the odd node. Several values of one kind on one node are all kept.
+
+    `nccl`: the NCCL library version the probe (or the NIC loopback) loaded, where one ran.
+    `ofed` is what `ofed_info -s` printed; without MLNX_OFED, MLNX_OFED's module version where
+    the loaded mlx5_core has one (`mlx5_core 23.10-1.1.9`)."""
     found: dict[str, Any] = {}
     if inventory.driver_version:
         found["driver"] = inventory.driver_version
@@ -136,6 +141,34 @@ def versions(inventory: Inventory) -> dict[str, Any]:
             found[key] = {what: ", ".join(sorted(seen)) for what, seen in sorted(values.items())}
     if inventory.kernel_release:
         found["kernel"] = inventory.kernel_release
+    if inventory.ofed_version:
+        found["ofed"] = inventory.ofed_version
+    elif inventory.rdma_driver_version:
+        found["ofed"] = f"mlx5_core {inventory.rdma_driver_version}"
+    if inventory.fabric_manager_version:
+        found["fabric_manager"] = inventory.fabric_manager_version
+    if nccl:
+        found["nccl"] = nccl
+    return found
+
+
+def neighbors(inventory: Inventory) -> dict[str, dict[str, Any]]:
+    """Each RDMA port's first-hop switch (CONTRACT 6.3 `neighbors`), where a source named one:
+    `{"mlx5_3:1": {"switch_guid": "0x...", "switch_name": "leaf-07", "switch_port": 17,
+    "source": "smpquery"}}`. A virtual function shares its physical function's cable: left out."""
+    found: dict[str, dict[str, Any]] = {}
+    for hca in inventory.hcas:
+        if hca.is_virtual_function:
+            continue
+        for number in sorted(hca.ports):
+            hop = hca.ports[number].neighbor
+            if hop is None:
+                continue
+            entry: dict[str, Any] = {"switch_guid": hop.switch_guid, "switch_name": hop.switch_name,
+                                     "switch_port": hop.switch_port, "source": hop.source}
+            if hop.port_id is not None and hop.switch_port is None:
+                entry["switch_port_id"] = hop.port_id
+            found[hca.ports[number].name] = entry
     return found
 
 

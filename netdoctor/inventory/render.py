@@ -7,7 +7,7 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from netdoctor.inventory.model import Gpu, Inventory, LinkLayer, SourceState
+from netdoctor.inventory.model import FirstHop, Gpu, Inventory, LinkLayer, SourceState
 from netdoctor.inventory.queries import path_from_root, pci_endpoints
 from netdoctor.vocabulary import NVML_NVLINK_VERSIONS
 from netdoctor.textsafe import safe_text
@@ -84,6 +84,14 @@ def _nvlink(gpu: Gpu) -> str:
     return text
 
 
+def _switch(hop: FirstHop | None) -> str:
+    """`leaf-07 17 (smpquery)`: the first-hop switch's name (else its GUID), its port, the source."""
+    if hop is None:
+        return "-"
+    port = hop.switch_port if hop.switch_port is not None else hop.port_id
+    return f"{_or_dash(hop.switch_name or hop.switch_guid)} {_or_dash(port)} ({hop.source})"
+
+
 def _fabric_lines(inventory: Inventory) -> list[str]:
     """NVSwitches, the fabric services, VBIOS/virtualization, the kernel log in brief."""
     lines: list[str] = []
@@ -106,6 +114,10 @@ def _fabric_lines(inventory: Inventory) -> list[str]:
         kinds = ", ".join(f"{kind} {count}" for kind, count in sorted(counts.items())) or "none"
         reach = f", log from {iso_utc(log.first_time)}" if log.first_time else ""
         lines.append(f"  kernel log events this boot: {kinds}{reach}")
+    stack = [f"{name} {version}" for name, version in (("OFED", inventory.ofed_version),
+                                                        ("fabric manager", inventory.fabric_manager_version)) if version]
+    if stack:
+        lines.append("  " + "; ".join(stack))
     if inventory.kernel_release or inventory.uptime_s is not None:
         uptime = f", up {inventory.uptime_s / 3600:.1f} h" if inventory.uptime_s is not None else ""
         lines.append(f"  kernel {_or_dash(inventory.kernel_release)}{uptime}")
@@ -192,14 +204,15 @@ def render_inventory_text(inventory: Inventory) -> str:
             device = [hca.name, _or_dash(model), _or_dash(hca.firmware), _or_dash(hca.pci_address), _or_dash(hca.numa_node),
                       _pcie(inventory.pcie.get(hca.pci_address or ""))]
             if not hca.ports:
-                rows.append(device + ["-"] * 8)
+                rows.append(device + ["-"] * 9)
             for port in sorted(hca.ports.values(), key=lambda p: p.number):
                 layer = {LinkLayer.INFINIBAND: "IB", LinkLayer.ETHERNET: "Eth"}.get(port.link_layer, "-") if port.link_layer else "-"
                 state = f"{_or_dash(port.state)}/{_or_dash(port.phys_state)}"
                 rows.append(device + [str(port.number), state, port.rate.describe() if port.rate else "-", layer,
-                                      _or_dash(port.lid), _or_dash(port.sm_lid), _or_dash(port.active_mtu), _or_dash(port.netdev)])
+                                      _or_dash(port.lid), _or_dash(port.sm_lid), _or_dash(port.active_mtu), _or_dash(port.netdev),
+                                      _switch(port.neighbor)])
         lines += _table(["HCA", "model", "firmware", "PCI", "NUMA", "PCIe now / max", "port", "state", "rate", "layer",
-                         "LID", "SM", "MTU", "netdev"], rows)
+                         "LID", "SM", "MTU", "netdev", "first-hop switch"], rows)
     else:
         reasons = [inventory.source(name).reason() for name in ("sysfs", "ibstat") if inventory.source(name).state is not SourceState.NOT_RUN]
         not_found.append("no RDMA devices" + (f" ({'; '.join(reasons)})" if reasons else ""))

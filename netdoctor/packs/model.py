@@ -21,8 +21,8 @@ from netdoctor.util import natural_key
 ROLES = ("compute", "storage", "management", "unused")
 # Tables of a pack that are not check sections.
 STRUCTURE_TABLES = ("pack", "grade", "port-classes")
-# Settings of fleet commands, not of a node check (`fleet probe`'s expectation and verdicts).
-FLEET_TABLES = ("fleet-probe",)
+# Settings of fleet commands, not of a node check (`fleet probe`'s verdicts, drift, rail wiring).
+FLEET_TABLES = ("fleet-probe", "fleet-drift", "fleet-rails")
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,7 @@ class Report:
     captured_at: str | None = None           # a snapshot's own capture time (snapshot.json)
     required_not_run: tuple[str, ...] = ()   # checks the pack requires that --only/--skip left out
     versions: dict[str, Any] = field(default_factory=dict)   # CONTRACT 6.3: what the node runs
+    neighbors: dict[str, Any] = field(default_factory=dict)  # CONTRACT 6.3: port -> its first-hop switch
     # GPUs and compute rails (port, Gb/s): what `fleet probe` expects a node's traffic to reach.
     fabric: dict[str, Any] = field(default_factory=dict)
 
@@ -150,6 +151,8 @@ class Report:
             data["required_not_run"] = list(self.required_not_run)
         if self.versions:
             data["versions"] = self.versions
+        if self.neighbors:
+            data["neighbors"] = self.neighbors
         if self.fabric:
             data["fabric"] = self.fabric
         return data

@@ -1,0 +1,185 @@
+"""Parts of the fleet HTML page: what changed since the previous report, version drift, rail
+wiring, and the node × check grid, whose plain passing nodes fold into ranges of consecutive
+names (`node[0001-0420]`, one row each) from FOLD_AT nodes on. Every string a node supplied
+(hosts, versions, switch names, summaries) goes through `escape`."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from netdoctor.fleet.model import GRADE_ORDER, NodeGrade, NodeSummary
+from netdoctor.fleet.report import FleetReport
+from netdoctor.fleet.views import (changes_heading, clean_leaves_by_rail, contiguous_ranges, drift_rows, finding_groups,
+                                   fold_hosts, grade_groups, host_list, hosts_phrase, rail_rows, version_groups)
+from netdoctor.textsafe import safe_text
+from netdoctor.util import natural_key
+
+# From this many nodes on, the grid folds plain passing nodes into ranges: 9,900 rows of
+# green cells tell less than 60 rows of ranges, and cost most of the page.
+FOLD_AT = 1000
+# Rows per kind of change shown; the rest are counted.
+ROW_LIMIT = 500
+
+_STATUS_LETTER = {"pass": "·", "warn": "W", "fail": "F", "unknown": "U", "skip": "–"}
+_GRADES = {str(grade) for grade in GRADE_ORDER}
+_STATUSES = set(_STATUS_LETTER)
+# Characters of a folded host list shown before it folds away behind a click.
+_SHORT_LIST = 300
+# Statuses of a check that a folded row can stand for: nothing to say about the node.
+_PLAIN = (None, "pass", "skip")
+
+
+def escape(text: Any) -> str:
+    """Markup and control characters of node text escaped for the page."""
+    return html.escape(safe_text(text))
+
+
+def _grade_badge(grade: str) -> str:
+    css = f" g-{grade}" if grade in _GRADES else ""
+    return f"<span class=\"badge{css}\">{escape(grade or '?')}</span>"
+
+
+def _status(status: str) -> str:
+    css = f" s-{status}" if status in _STATUSES else ""
+    return f"<span class=\"st{css}\">{escape(status or '?')}</span>"
+
+
+def _hosts(hosts: list[str], noun: str = "nodes") -> str:
+    """Folded hosts (and how many, from 3 on); a long list (a rolling upgrade half done)
+    opens on a click."""
+    folded = fold_hosts(hosts)
+    if len(folded) <= _SHORT_LIST:
+        return escape(hosts_phrase(hosts, folded, noun))
+    return (f"<details><summary>{len(hosts):,} {noun}: {escape(folded[:_SHORT_LIST // 2])}…</summary>"
+            f"{escape(folded)}</details>")
+
+
+def _capped(rows: list[str], columns: int, what: str) -> list[str]:
+    if len(rows) <= ROW_LIMIT:
+        return rows
+    return rows[:ROW_LIMIT] + [f"<tr><td colspan=\"{columns}\">... and {len(rows) - ROW_LIMIT:,} more {what}</td></tr>"]
+
+
+def changes_html(changes: Mapping[str, Any] | None) -> str:
+    """What changed since the previous report, one row per change alike across hosts."""
+    if changes is None:
+        return ""
+    rows: list[str] = []
+    rows += _capped([f"<tr class=\"grade\"><td>grade</td><td>{_grade_badge(was)} → {_grade_badge(now)}</td>"
+                     f"<td class=\"hosts\">{_hosts(hosts)}</td></tr>"
+                     for was, now, hosts in grade_groups(changes.get("grades"))], 3, "grade changes")
+    for key, label in (("new_findings", "new finding"), ("cleared_findings", "cleared")):
+        rows += _capped([f"<tr class=\"{key.split('_')[0]}\"><td>{label}</td><td>{_status(status)} {escape(what)}</td>"
+                         f"<td class=\"hosts\">{_hosts(hosts)}</td></tr>"
+                         for status, what, hosts in finding_groups(changes.get(key))], 3, "kinds of finding")
+    rows += _capped([f"<tr class=\"version\"><td>version</td><td>{escape(what)} {escape(was)} → {escape(now)}</td>"
+                     f"<td class=\"hosts\">{_hosts(hosts)}</td></tr>"
+                     for what, was, now, hosts in version_groups(changes.get("versions"))], 3, "version changes")
+    for key, label in (("new_nodes", "new nodes"), ("gone_nodes", "gone nodes")):
+        hosts = host_list(changes, key)
+        if hosts:
+            rows.append(f"<tr class=\"{key.split('_')[0]}-nodes\"><td>{label}</td><td></td>"
+                        f"<td class=\"hosts\">{_hosts(hosts)}</td></tr>")
+    heading = f"<h2 id=\"changes-heading\">{escape(changes_heading(changes))}</h2>"
+    if not rows:
+        return heading + "<p id=\"changes\">nothing: the same grades, findings, versions and nodes</p>"
+    return (heading + "<table class=\"small\" id=\"changes\"><tr><th>change</th><th>what</th><th>nodes</th></tr>"
+            + "".join(rows) + "</table>")
+
+
+def drift_html(drift: Iterable[Any]) -> str:
+    """Every kind and model of versions judged: those with a minority first, its hosts folded."""
+    rows = drift_rows(drift, only_differing=False)
+    if not rows:
+        return ""
+    differing = sum(row.differs for row in rows)
+    parts = [f"<h2>Version drift ({differing} of {len(rows)} differ)</h2><table class=\"small\" id=\"drift\">"
+             "<tr><th>version of</th><th>among</th><th>majority</th><th>nodes</th><th>minority</th><th>below the minimum</th></tr>"]
+    for row in rows:
+        css = "minority" if row.minority else "below" if row.below_minimum else "alike"
+        minority = "".join(f"<div><b>{escape(version)}</b>: {_hosts(hosts)}</div>"
+                           for version, hosts in row.minority) or "alike everywhere"
+        below = (f"<b>{escape(row.minimum or '?')}</b>: {_hosts(row.below_minimum)}"
+                 if row.below_minimum else "")
+        nodes = f"{row.majority_nodes:,}" if row.majority_nodes is not None else ""
+        parts.append(f"<tr class=\"{css}\"><td>{escape(row.what)}</td><td>{escape(row.among)}</td><td>{escape(row.majority)}</td>"
+                     f"<td>{nodes}</td><td class=\"hosts\">{minority}</td><td class=\"hosts\">{below}</td></tr>")
+    parts.append("</table>")
+    return "".join(parts)
+
+
+def rails_html(rails: Iterable[Any]) -> str:
+    """Leaves with ports of another rail, one row each; the others folded by their rail."""
+    odd, clean = rail_rows(rails)
+    if not odd and not clean:
+        return ""
+    total = len(odd) + len(clean)
+    parts = [f"<h2>Rail wiring ({len(odd)} of {total:,} leaf switches with ports of another rail)</h2>"
+             "<table class=\"small\" id=\"rails\"><tr><th>leaf switch</th><th>switch GUID</th><th>rail</th><th>ports</th>"
+             "<th>ports of another rail</th></tr>"]
+    parts += _capped([f"<tr class=\"odd\"><td>{escape(row.leaf)}</td><td>{escape(row.switch_guid)}</td><td>{escape(row.rail)}</td>"
+                      f"<td>{'' if row.ports is None else row.ports}</td><td class=\"hosts\">"
+                      + "".join(f"<div><b>{escape(rail)}</b> of {_hosts(hosts)}</div>" for rail, hosts in row.odd)
+                      + "</td></tr>" for row in odd], 5, "leaves")
+    for rail, leaves, ports in clean_leaves_by_rail(clean):
+        parts.append(f"<tr class=\"clean\"><td class=\"hosts\">{_hosts(leaves, 'leaves')}</td><td></td>"
+                     f"<td>{escape(rail)}</td><td>{ports:,}</td><td>none</td></tr>")
+    parts.append("</table>")
+    return "".join(parts)
+
+
+def _cells(node: NodeSummary, checks: list[str]) -> str:
+    cells = []
+    for check in checks:
+        status = node.check_statuses.get(check)
+        if status is None:
+            cells.append("<td class=\"c s-none\"></td>")
+            continue
+        summary = node.check_summaries.get(check)
+        title = f" title=\"{escape(check)}: {escape(summary)}\"" if summary else ""
+        cells.append(f"<td class=\"c s-{escape(status)}\"{title}>{_STATUS_LETTER.get(status, '?')}</td>")
+    return "".join(cells)
+
+
+def grid_html(report: FleetReport) -> str:
+    """The node × check table; `data-n` on a row counts the nodes it stands for."""
+    checks = report.checks
+    parts = ["<table id=\"grid\"><thead><tr><th>host</th><th>grade</th>"]
+    parts += [f"<th class=\"check\" title=\"{escape(check)}\">{escape(check)}</th>" for check in checks]
+    parts.append("<th>worst finding</th></tr></thead><tbody>")
+    outlier_hosts = {outlier.host for outlier in report.outliers}
+    fold = len(report.nodes) >= FOLD_AT
+    plain: dict[tuple[str | None, ...], list[str]] = {}
+    for node in report.nodes:
+        signature = tuple(node.check_statuses.get(check) for check in checks)
+        if (fold and node.grade == NodeGrade.PASS and node.host not in outlier_hosts and node.reported_host is None
+                and all(status in _PLAIN for status in node.check_statuses.values())):
+            plain.setdefault(signature, []).append(node.host)
+            continue
+        flag = " outlier" if node.host in outlier_hosts else ""
+        parts.append(f"<tr data-g=\"{node.grade}\"><td class=\"host\">{escape(node.label())}</td>"
+                     f"<td class=\"g g-{node.grade}{flag}\">{node.grade}</td>{_cells(node, checks)}"
+                     f"<td class=\"top\">{escape(node.headline())}</td></tr>")
+    folded: list[tuple[tuple[int | str, ...], str]] = []
+    for signature, hosts in plain.items():
+        cells = "".join("<td class=\"c s-none\"></td>" if status is None else f"<td class=\"c s-{status}\">{_STATUS_LETTER[status]}</td>"
+                        for status in signature)
+        for name, count, first in contiguous_ranges(hosts):
+            what = "1 passing node" if count == 1 else f"{count:,} passing nodes"
+            folded.append((natural_key(first), f"<tr data-g=\"pass\" data-n=\"{count}\" class=\"fold\"><td class=\"host\">"
+                                               f"{escape(name)}</td><td class=\"g g-pass\">pass</td>{cells}"
+                                               f"<td class=\"top\">{what}</td></tr>"))
+    folded.sort(key=lambda item: item[0])
+    parts += [row for _, row in folded]
+    parts.append("</tbody></table>")
+    return "".join(parts)
+
+
+def folded_note(report: FleetReport) -> str:
+    """Said above the grid when it folds."""
+    if len(report.nodes) < FOLD_AT:
+        return ""
+    return (f"<p class=\"note\">{len(report.nodes):,} nodes: passing nodes with nothing to say are folded into ranges of "
+            "consecutive names, one row each (the JSON report lists every node)</p>")

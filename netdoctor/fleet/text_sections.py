@@ -1,0 +1,79 @@
+"""The fleet text report's sections on the fleet against itself and against its past: what
+changed since the previous report (read first), version drift, rail wiring. Each returns
+no lines when it has nothing to say; every line goes through `safe_text`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from netdoctor.fleet.views import (changes_heading, drift_rows, drift_text, finding_groups, fold_hosts, grade_groups, host_list,
+                                   hosts_phrase, rail_rows, rail_text, version_groups)
+from netdoctor.textsafe import safe_text
+
+# Lines per subsection before the rest is counted ("... and 12 more").
+LIST_LIMIT = 100
+
+
+def _limited(lines: list[str], what: str) -> list[str]:
+    if len(lines) <= LIST_LIMIT:
+        return lines
+    return lines[:LIST_LIMIT] + [f"    ... and {len(lines) - LIST_LIMIT} more {what}"]
+
+
+def changes_lines(changes: Mapping[str, Any] | None) -> list[str]:
+    """`What changed since ...`: grade changes worst first, new and cleared findings, versions, nodes."""
+    if changes is None:
+        return []
+    lines: list[str] = []
+    grades = grade_groups(changes.get("grades"))
+    if grades:
+        lines.append(f"  Grades ({_count(sum(len(hosts) for *_, hosts in grades))}):")
+        width = max(len(f"{was} -> {now}") for was, now, _ in grades)
+        lines += _limited([f"    {f'{was} -> {now}':<{width}}  {hosts_phrase(hosts)}" for was, now, hosts in grades],
+                          "grade changes")
+    for key, title in (("new_findings", "New findings"), ("cleared_findings", "Cleared findings")):
+        groups = finding_groups(changes.get(key))
+        if groups:
+            lines.append(f"  {title} ({sum(len(hosts) for *_, hosts in groups):,}):")
+            lines += _limited([f"    {status:<7}  {what}  on {hosts_phrase(hosts)}" for status, what, hosts in groups],
+                              "kinds of finding")
+    versions = version_groups(changes.get("versions"))
+    if versions:
+        lines.append(f"  Versions ({_count(sum(len(hosts) for *_, hosts in versions))}):")
+        lines += _limited([f"    {what} {was} -> {now}  on {hosts_phrase(hosts)}" for what, was, now, hosts in versions],
+                          "version changes")
+    for key, title in (("new_nodes", "New nodes"), ("gone_nodes", "Gone nodes")):
+        hosts = host_list(changes, key)
+        if hosts:
+            lines.append(f"  {title} ({len(hosts):,}): {fold_hosts(hosts)}")
+    heading = changes_heading(changes)
+    if not lines:
+        return ["", safe_text(f"{heading}: nothing (the same grades, findings, versions and nodes)")]
+    return [""] + [safe_text(line) for line in [f"{heading}:", *lines]]
+
+
+def drift_lines(drift: Iterable[Any]) -> list[str]:
+    """`Version drift`: only the kinds where some nodes differ, minorities first."""
+    rows = drift_rows(drift)
+    if not rows:
+        return []
+    return ["", "Version drift:"] + [safe_text(f"  {drift_text(row)}") for row in rows]
+
+
+def rail_lines(rails: Iterable[Any]) -> list[str]:
+    """`Rail wiring`: only the leaves where a port of another rail lands."""
+    entries = list(rails)
+    odd, _ = rail_rows(entries)
+    if not odd:
+        return []
+    header = f"Rail wiring ({_leaves(len(odd))} of {len(entries):,} with ports of another rail):"
+    return ["", header] + _limited([safe_text(f"  {rail_text(row)}") for row in odd], "leaves")
+
+
+def _count(hosts: int) -> str:
+    return "1 node" if hosts == 1 else f"{hosts:,} nodes"
+
+
+def _leaves(count: int) -> str:
+    return "1 leaf" if count == 1 else f"{count:,} leaves"

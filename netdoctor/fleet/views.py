@@ -1,0 +1,233 @@
+"""The fleet's own judgements shaped for people: host lists folded, drift and rail rows in the
+order an engineer reads them, what changed since the last report grouped by change.
+
+Shared by the text and HTML renderers. Pure: data in, plain (unescaped) strings and tuples
+out; every renderer escapes what it prints. The dicts come from other modules (drift, rails,
+since) but their strings are the nodes' words (versions, hosts, switch names), so nothing
+here trusts a key to be there or a value to have a type.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ClusterShell.NodeSet import NodeSet
+
+from netdoctor.fleet.model import NodeGrade
+from netdoctor.util import natural_key
+
+# Names NodeSet reads as one node. Anything else (`n[1-3]`, `a,b`, `@group`, `x!y`) would be
+# read as a range or an operator, so a node could pass for several, or for another node:
+# such names are listed as they are.
+_FOLDABLE = re.compile(r"[A-Za-z0-9_.-]{1,200}\Z")
+# Host counts are spelled out from this many hosts on: `node[017-018]` needs none.
+_COUNT_FROM = 3
+_STATUS_ORDER = {"fail": 0, "unreachable": 1, "invalid": 2, "unknown": 3, "warn": 4, "pass": 5, "skip": 6}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else "" if value is None else str(value)
+
+
+def _hosts(value: Any) -> list[str]:
+    return [_text(host) for host in value] if isinstance(value, (list, tuple)) else []
+
+
+def fold_hosts(hosts: Iterable[str]) -> str:
+    """The hosts as a folded host list (`node[001-128]`), names NodeSet would misread listed as they are."""
+    foldable, odd = [], []
+    for host in hosts:
+        (foldable if _FOLDABLE.match(host) else odd).append(host)
+    folded = ""
+    if foldable:
+        try:
+            folded = str(NodeSet.fromlist(foldable))
+        except Exception:  # ClusterShell refuses some names still; a plain list loses nothing.
+            folded = ",".join(foldable)
+    return ",".join(filter(None, [folded, *odd]))
+
+
+def hosts_phrase(hosts: list[str], folded: str | None = None, noun: str = "nodes") -> str:
+    """`node017`, `node[017-018]`, `40 nodes: node[001-040]`; `folded`: `fold_hosts(hosts)` if known."""
+    folded = fold_hosts(hosts) if folded is None else folded
+    return f"{len(hosts):,} {noun}: {folded}" if len(hosts) >= _COUNT_FROM else folded
+
+
+def contiguous_ranges(hosts: list[str]) -> list[tuple[str, int, str]]:
+    """(folded name, count, first host) per run of consecutive names (`node[0001-0099]`);
+    names that do not fold come one by one."""
+    foldable = [host for host in hosts if _FOLDABLE.match(host)]
+    ranges: list[tuple[str, int, str]] = [(host, 1, host) for host in hosts if not _FOLDABLE.match(host)]
+    try:
+        parts = list(NodeSet.fromlist(foldable).contiguous()) if foldable else []
+    except Exception:
+        return [(host, 1, host) for host in hosts]
+    ranges += [(str(part), len(part), part[0]) for part in parts]
+    return ranges
+
+
+# ---- version drift -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DriftRow:
+    what: str
+    among: str
+    majority: str
+    majority_nodes: int | None          # None where the entry does not say how many nodes it covers
+    minority: list[tuple[str, list[str]]]   # version -> hosts, the largest group first
+    minimum: str
+    below_minimum: list[str]
+
+    @property
+    def differs(self) -> bool:
+        return bool(self.minority or self.below_minimum)
+
+    @property
+    def minority_nodes(self) -> int:
+        return sum(len(hosts) for _, hosts in self.minority)
+
+    def label(self) -> str:
+        return f"{self.what} among {self.among}" if self.among else self.what
+
+
+def drift_rows(entries: Iterable[Any], only_differing: bool = True) -> list[DriftRow]:
+    """Entries with a minority first (the largest minority first), then those with only nodes
+    below the minimum, then (unless `only_differing`) the kinds alike everywhere."""
+    rows = []
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            continue
+        minority_map = entry.get("minority")
+        minority = [(_text(version), _hosts(hosts)) for version, hosts in minority_map.items()] \
+            if isinstance(minority_map, Mapping) else []
+        minority = [(version, hosts) for version, hosts in minority if hosts]
+        minority.sort(key=lambda item: (-len(item[1]), natural_key(item[0])))
+        total = entry.get("nodes")
+        counted = sum(len(hosts) for _, hosts in minority)
+        rows.append(DriftRow(
+            what=_text(entry.get("what")), among=_text(entry.get("among")), majority=_text(entry.get("majority")),
+            majority_nodes=total - counted if isinstance(total, int) and not isinstance(total, bool) else None,
+            minority=minority, minimum=_text(entry.get("minimum")), below_minimum=_hosts(entry.get("below_minimum"))))
+    if only_differing:
+        rows = [row for row in rows if row.differs]
+    order = {id(row): position for position, row in enumerate(rows)}
+    rows.sort(key=lambda row: (0 if row.minority else 1 if row.below_minimum else 2, -row.minority_nodes, order[id(row)]))
+    return rows
+
+
+def drift_text(row: DriftRow) -> str:
+    """`hca_firmware among MT4129 MT_0000000838: 28.39.1002 on 1,021 nodes; 28.37.1014 on node[017-018]`."""
+    nodes = f" on {row.majority_nodes:,} nodes" if row.majority_nodes is not None else ""
+    parts = [f"{row.majority or '?'}{nodes}"]
+    parts += [f"{version} on {hosts_phrase(hosts)}" for version, hosts in row.minority]
+    if row.below_minimum:
+        parts.append(f"below the minimum {row.minimum or '?'}: {hosts_phrase(row.below_minimum)}")
+    return f"{row.label()}: " + "; ".join(parts)
+
+
+# ---- rail wiring ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RailRow:
+    leaf: str
+    switch_guid: str
+    rail: str
+    ports: int | None
+    odd: list[tuple[str, list[str]]]   # other rail -> hosts whose port of it lands on this leaf
+    aligned: bool = True                # False: no rail holds most of the leaf's ports
+
+
+def rail_rows(entries: Iterable[Any]) -> tuple[list[RailRow], list[RailRow]]:
+    """(leaves with ports of another rail, most odd ports first; leaves wired as expected)."""
+    odd_rows, clean = [], []
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            continue
+        odd_map = entry.get("odd")
+        odd = [(_text(rail), _hosts(hosts)) for rail, hosts in odd_map.items()] if isinstance(odd_map, Mapping) else []
+        odd = sorted(((rail, hosts) for rail, hosts in odd if hosts), key=lambda item: natural_key(item[0]))
+        ports = entry.get("ports")
+        row = RailRow(leaf=_text(entry.get("leaf")) or _text(entry.get("switch_guid")) or "?",
+                      switch_guid=_text(entry.get("switch_guid")), rail=_text(entry.get("rail")),
+                      ports=ports if isinstance(ports, int) and not isinstance(ports, bool) else None, odd=odd,
+                      aligned=entry.get("aligned") is not False)
+        (odd_rows if odd else clean).append(row)
+    odd_rows.sort(key=lambda row: (-sum(len(hosts) for _, hosts in row.odd), natural_key(row.leaf)))
+    return odd_rows, clean
+
+
+def rail_text(row: RailRow) -> str:
+    """`leaf-07 (rail mlx5_3): mlx5_2 of node044`."""
+    return f"{row.leaf} (rail {row.rail or '?'}): " + "; ".join(f"{rail} of {hosts_phrase(hosts)}" for rail, hosts in row.odd)
+
+
+def clean_leaves_by_rail(rows: list[RailRow]) -> list[tuple[str, list[str], int]]:
+    """Leaves wired as expected, grouped by their rail: (rail, leaves, ports); leaves of no
+    one rail (a small fabric) last, as `not rail-aligned`."""
+    groups: dict[tuple[bool, str], tuple[list[str], list[int]]] = {}
+    for row in rows:
+        leaves, ports = groups.setdefault((not row.aligned, row.rail if row.aligned else ""), ([], []))
+        leaves.append(row.leaf)
+        ports.append(row.ports or 0)
+    return [(rail if not unaligned else "not rail-aligned", leaves, sum(ports))
+            for (unaligned, rail), (leaves, ports) in sorted(groups.items(), key=lambda item: (item[0][0], natural_key(item[0][1])))]
+
+
+# ---- changes since the previous report -----------------------------------------------------
+
+def _severity(grade: str) -> int:
+    try:
+        return NodeGrade(grade).severity
+    except ValueError:
+        return 0
+
+
+def grade_groups(grades: Any) -> list[tuple[str, str, list[str]]]:
+    """(was, now, hosts) per grade change, the worst `now` first, then the best `was` (news first)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for change in grades if isinstance(grades, list) else ():
+        if isinstance(change, Mapping):
+            groups.setdefault((_text(change.get("was")), _text(change.get("now"))), []).append(_text(change.get("host")))
+    return [(was, now, hosts) for (was, now), hosts in
+            sorted(groups.items(), key=lambda item: (-_severity(item[0][1]), _severity(item[0][0]), item[0]))]
+
+
+def finding_groups(findings: Any) -> list[tuple[str, str, list[str]]]:
+    """(status, what: `check subject: summary`, hosts) per finding alike across hosts, the worst first."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for finding in findings if isinstance(findings, list) else ():
+        if not isinstance(finding, Mapping):
+            continue
+        where = " ".join(filter(None, (_text(finding.get("check")), _text(finding.get("subject")))))
+        summary = _text(finding.get("summary"))
+        what = f"{where}: {summary}" if where and summary else where or summary
+        groups.setdefault((_text(finding.get("status")), what), []).append(_text(finding.get("host")))
+    return [(status, what, hosts) for (status, what), hosts in
+            sorted(groups.items(), key=lambda item: (_STATUS_ORDER.get(item[0][0], 7), -len(item[1]), item[0][1]))]
+
+
+def version_groups(versions: Any) -> list[tuple[str, str, str, list[str]]]:
+    """(what, was, now, hosts) per version change alike across hosts, the most hosts first."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for change in versions if isinstance(versions, list) else ():
+        if isinstance(change, Mapping):
+            key = (_text(change.get("what")), _text(change.get("was")) or "none", _text(change.get("now")) or "none")
+            groups.setdefault(key, []).append(_text(change.get("host")))
+    return [(*key, hosts) for key, hosts in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))]
+
+
+def changes_heading(changes: Mapping[str, Any]) -> str:
+    """`What changed since 2026-11-24T06:00:00Z (sweep-2026-11-24.json, 1,024 nodes)`."""
+    previous = changes.get("previous") if isinstance(changes.get("previous"), Mapping) else {}
+    when = _text(previous.get("generated_at")) or "the previous report"
+    nodes = previous.get("nodes")
+    about = ", ".join(filter(None, (_text(previous.get("source")),
+                                    f"{nodes:,} nodes" if isinstance(nodes, int) and not isinstance(nodes, bool) else "")))
+    return f"What changed since {when}" + (f" ({about})" if about else "")
+
+
+def host_list(changes: Mapping[str, Any], key: str) -> list[str]:
+    return sorted(_hosts(changes.get(key)), key=natural_key)
