@@ -12,7 +12,7 @@ from netdoctor.errors import UsageError
 from netdoctor.fleet.cli import main as fleet_main
 from netdoctor.fleet.drift import drifted, find_drift
 from netdoctor.fleet.model import summarize_report
-from netdoctor.fleet.rails import RailThresholds, find_rails
+from netdoctor.fleet.rails import find_rails
 from netdoctor.fleet.report import build_fleet_report
 from netdoctor.fleet.since import changes_since, load_previous
 
@@ -114,11 +114,13 @@ def test_hostile_versions_and_neighbors_are_bounded_and_typed():
     item["versions"] = {"driver": "x" * 10_000, "vbios": {"m": 5, "n": "ok"}, "evil": "dropped", "kernel": ["no"]}
     item["neighbors"] = {"mlx5_0:1": {"switch_guid": 7, "switch_name": "leaf", "switch_port": -1},
                          **{f"p{index}": {"switch_name": "s"} for index in range(500)}, "bad": "no"}
+    item["fabric"]["rails"] += [{"port": "x" * 1000}, "junk", {"port": 5}] * 100
     node = summarize_report(item, host_hint="node001")
     assert len(node.versions["driver"]) == 128 and node.versions["vbios"] == {"n": "ok"}
     assert set(node.versions) == {"driver", "vbios"}
-    assert node.neighbors["mlx5_0:1"] == {"switch_guid": None, "switch_name": "leaf", "switch_port": None}
-    assert len(node.neighbors) <= 64
+    assert node.rails[0] == ("mlx5_0:1", 400.0, 0, None, "leaf")
+    assert node.rails[1][3:] == (None, None)   # no neighbour given for mlx5_1:1
+    assert len(node.rails) <= 64 and max(len(rail[0]) for rail in node.rails) == 128
 
 
 def _fleet_json(reports: list[dict]) -> dict:

@@ -37,15 +37,19 @@ def find_drift(nodes: Iterable[NodeSummary], minimums: Mapping[str, str] | None 
     """One entry per (kind, group): majority, minority, node count, and the pinned minimum if any;
     entries with a minority or nodes below the minimum first."""
     seen: dict[tuple[str, str], dict[str, list[str]]] = {}
+    groups: dict[tuple[int | None, tuple[str, ...]], str] = {}   # one name per kind of node
     for node in nodes:
         group: str | None = None
         for kind, value in node.versions.items():
-            if isinstance(value, dict):
+            if value.__class__ is dict:
                 for among, version in value.items():
                     seen.setdefault((kind, among), {}).setdefault(version, []).append(node.host)
-            else:
-                group = group or hardware_group(node)
-                seen.setdefault((kind, group), {}).setdefault(value, []).append(node.host)
+                continue
+            if group is None:
+                vbios = node.versions.get("vbios")
+                shape = (node.gpus, tuple(vbios) if vbios.__class__ is dict else ())
+                group = groups.get(shape) or groups.setdefault(shape, hardware_group(node))
+            seen.setdefault((kind, group), {}).setdefault(value, []).append(node.host)
     pinned = minimums or {}
     entries = [_entry(kind, among, by_version, pinned.get(f"{kind}:{among}") or pinned.get(kind))
                for (kind, among), by_version in seen.items()]

@@ -68,9 +68,10 @@ GRADE_ORDER = (
 )
 
 
-# One compute rail of a node's report (`fabric.rails`): (port, rate in Gb/s, the GPU nearest
-# it). A plain tuple: ten thousand nodes make 80,000 of them.
-Rail = tuple[str, float | None, int | None]
+# One compute rail of a node's report (`fabric.rails`) with its first-hop switch (the report's
+# `neighbors`): (port, rate in Gb/s, nearest GPU, switch GUID, switch name). A plain tuple:
+# ten thousand nodes make 80,000 of them.
+Rail = tuple[str, float | None, int | None, str | None, str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +122,9 @@ class NodeSummary:
     gpus: int | None = None
     rails: tuple[Rail, ...] = ()
     probe: Mapping[str, Any] = field(default_factory=dict)
-    # The fleet judged against itself: the report's `versions` and `neighbors` (CONTRACT
-    # 6.3), and its warn-or-worse findings (check, subject, status, summary) for `--since`.
+    # The fleet judged against itself: the report's `versions` (CONTRACT 6.3; its
+    # `neighbors` are in `rails`), and its warn-or-worse findings (check, subject, status, summary) for `--since`.
     versions: Mapping[str, Any] = field(default_factory=dict)
-    neighbors: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     findings: tuple[tuple[str, str | None, str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -142,7 +142,7 @@ class NodeSummary:
         if self.metrics:
             data["metrics"] = dict(self.metrics)
         if self.versions:
-            data["versions"] = dict(self.versions)
+            data["versions"] = self.versions
         if self.findings:
             data["findings"] = [finding_json(finding) for finding in self.findings]
         return data
@@ -283,10 +283,9 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
         source=source,
         reported_host=alias,
         other_findings=flagged - 1 if top_finding is not None else 0,
-        **bounded_fabric(data.get("fabric")),
+        **bounded_fabric(data.get("fabric"), data.get("neighbors")),
         probe=bounded_facts(probe, _PROBE_KEYS),
         versions=bounded_versions(data.get("versions")),
-        neighbors=bounded_neighbors(data.get("neighbors")),
         findings=tuple(kept_findings),
     )
 
@@ -323,42 +322,34 @@ def bounded_versions(data: Any) -> dict[str, Any]:
     return kept
 
 
-def bounded_neighbors(data: Any) -> dict[str, dict[str, Any]]:
-    """The report's `neighbors`: port -> first-hop switch (guid, name, port), up to 64 ports."""
-    if data.__class__ is not dict:
+def bounded_fabric(fabric: Any, neighbors: Any) -> dict[str, Any]:
+    """`gpus` and `rails` of the report's `fabric`, each rail with its first-hop switch from
+    `neighbors`: typed, up to 64 rails, names cut and interned (a leaf's name is shared by
+    its nodes' ports)."""
+    if fabric.__class__ is not dict:
         return {}
-    intern = sys.intern
-    kept: dict[str, dict[str, Any]] = {}
-    for port, switch in list(data.items())[:_MAX_PORTS]:
-        if switch.__class__ is not dict:
-            continue
-        guid, name, number = switch.get("switch_guid"), switch.get("switch_name"), switch.get("switch_port")
-        if guid.__class__ is not str and name.__class__ is not str:
-            continue
-        kept[intern(str(port)[:_MAX_ID_CHARS])] = {
-            "switch_guid": intern(guid[:_MAX_ID_CHARS]) if guid.__class__ is str else None,
-            "switch_name": intern(name[:_MAX_ID_CHARS]) if name.__class__ is str else None,
-            "switch_port": number if number.__class__ is int and 0 <= number < 1 << 16 else None}
-    return kept
-
-
-def bounded_fabric(data: Any) -> dict[str, Any]:
-    """`gpus` and `rails` of the report's `fabric`: typed, up to 64 rails, names cut and interned."""
-    if data.__class__ is not dict:
-        return {}
-    gpus, rails = data.get("gpus"), data.get("rails")
+    gpus, rails = fabric.get("gpus"), fabric.get("rails")
     kept: dict[str, Any] = {"gpus": gpus} if gpus.__class__ is int and 0 <= gpus < 1 << 16 else {}
-    if rails.__class__ is list:
-        intern = sys.intern
-        kept_rails = []
-        for rail in rails[:_MAX_PORTS]:
-            port = rail.get("port") if rail.__class__ is dict else None
-            if port.__class__ is str:
-                rate, gpu = rail.get("rate_gbps"), rail.get("gpu")
-                kept_rails.append((intern(port[:_MAX_ID_CHARS]),
-                                   float(rate) if rate.__class__ in (int, float) and math.isfinite(rate) else None,
-                                   gpu if gpu.__class__ is int and 0 <= gpu < 1 << 16 else None))
-        kept["rails"] = tuple(kept_rails)
+    if rails.__class__ is not list:
+        return kept
+    if neighbors.__class__ is not dict:
+        neighbors = {}
+    intern = sys.intern
+    kept_rails = []
+    for rail in rails[:_MAX_PORTS]:
+        port = rail.get("port") if rail.__class__ is dict else None
+        if port.__class__ is not str:
+            continue
+        rate, gpu, switch = rail.get("rate_gbps"), rail.get("gpu"), neighbors.get(port)
+        guid = name = None
+        if switch.__class__ is dict:
+            guid, name = switch.get("switch_guid"), switch.get("switch_name")
+            guid = intern(guid[:_MAX_ID_CHARS]) if guid.__class__ is str else None
+            name = intern(name[:_MAX_ID_CHARS]) if name.__class__ is str else None
+        kept_rails.append((intern(port[:_MAX_ID_CHARS]),
+                           float(rate) if rate.__class__ in (int, float) and math.isfinite(rate) else None,
+                           gpu if gpu.__class__ is int and 0 <= gpu < 1 << 16 else None, guid, name))
+    kept["rails"] = tuple(kept_rails)
     return kept
 
 
@@ -375,8 +366,8 @@ def bounded_facts(data: Any, keys: Mapping[str, type]) -> dict[str, Any]:
     if data.__class__ is not dict:
         return {}
     kept: dict[str, Any] = {}
-    for key, kind in keys.items():
-        value = data.get(key)
+    for key in data.keys() & keys.keys():
+        kind, value = keys[key], data[key]
         if kind is float and value.__class__ in (int, float) and math.isfinite(value):
             kept[key] = float(value)
         elif kind is int and value.__class__ is int and 0 <= value < 1 << 20:

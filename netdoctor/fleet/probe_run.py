@@ -55,7 +55,7 @@ class FleetProbeOptions:
 def fabric_of(node: NodeSummary) -> NodeFabric | None:
     if not node.gpus:
         return None
-    return NodeFabric(node.gpus, tuple((port, rate) for port, rate, _ in node.rails))
+    return NodeFabric(node.gpus, tuple((rail[0], rail[1]) for rail in node.rails))
 
 
 def run_fleet_probe(options: FleetProbeOptions) -> FleetReport:
@@ -87,7 +87,7 @@ def run_fleet_probe(options: FleetProbeOptions) -> FleetReport:
     grades = node_grades(sorted(fabrics), measurements, suspects, fabrics, thresholds)
     checked = {node.host: node for node in check.nodes}
     nodes = [NodeSummary(host, NodeGrade(grade), TopFinding(why[:500], "fleet-probe"), gpus=checked[host].gpus,
-                         rails=checked[host].rails, versions=checked[host].versions, neighbors=checked[host].neighbors)
+                         rails=checked[host].rails, versions=checked[host].versions)
              for host, (grade, why) in grades.items()]
     nodes += list(left_out.values())
     missing = [host for host in asked if host not in grades and host not in left_out]

@@ -19,8 +19,7 @@ so a leaf designed for two rails is not a wiring fault.
 from __future__ import annotations
 
 from collections import Counter
-import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,54 +33,43 @@ class RailThresholds:
     odd_fraction: float = 0.25
 
 
-def _namer(nodes: Sequence[NodeSummary]) -> Callable[[str, int | None], str]:
-    """The rail name of (port, gpu): the HCA name where the layout is alike on every node, else the GPU."""
-    gpus_of: dict[str, set[int | None]] = {}
-    two_ports = False
-    for node in nodes:
-        devices = [port.split(":")[0] for port, _, _ in node.rails]
-        two_ports = two_ports or len(set(devices)) < len(devices)
-        for port, _, gpu in node.rails:
-            gpus_of.setdefault(port, set()).add(gpu)
-    uniform = all(len(gpus) == 1 for gpus in gpus_of.values())
-
-    def name(port: str, gpu: int | None) -> str:
-        if uniform or gpu is None:
-            return port if two_ports else port.split(":")[0]
-        return f"GPU{gpu}"
-    return name
-
-
 def find_rails(nodes: Iterable[NodeSummary], thresholds: RailThresholds = RailThresholds()) -> list[dict[str, Any]]:
     """Per leaf switch: its rail, its port count, and the odd ports (rail -> nodes); odd leaves first."""
-    wired = [node for node in nodes if node.neighbors and node.rails]
-    name = functools.cache(_namer(wired))
-    leaves: dict[str, tuple[str | None, str | None, list[tuple[str, str]]]] = {}
-    for node in wired:
-        neighbors = node.neighbors
-        for port, _, gpu in node.rails:
-            switch = neighbors.get(port)
-            if switch is None:
+    # Per leaf (by GUID, else name): its GUID, its name, and (port, nearest GPU, host) of every port on it.
+    leaves: dict[str, tuple[str | None, str | None, list[tuple[str, int | None, str]]]] = {}
+    layouts: set[tuple[tuple[str, int | None], ...]] = set()   # each node's (port, nearest GPU) pairs
+    for node in nodes:
+        host = node.host
+        if not node.rails:
+            continue
+        layouts.add(tuple([rail[:3:2] for rail in node.rails]))
+        for port, _, gpu, guid, switch_name in node.rails:
+            key = guid or switch_name
+            if key is None:
                 continue
-            guid = switch["switch_guid"]
-            key = guid or switch["switch_name"]
-            leaf = leaves.get(key)   # type: ignore[arg-type]
+            leaf = leaves.get(key)
             if leaf is None:
-                leaf = leaves[key] = (guid, switch["switch_name"], [])   # type: ignore[index]
-            leaf[2].append((name(port, gpu), node.host))
-    entries = [_leaf_entry(guid, switch_name, ports, thresholds) for guid, switch_name, ports in leaves.values()]
+                leaf = leaves[key] = (guid, switch_name, [])
+            leaf[2].append((port, gpu, host))
+    # A rail's name: the HCA's where every node puts each port nearest the same GPU, else the GPU's.
+    pairs = {pair for layout in layouts for pair in layout}
+    uniform = len({port for port, _ in pairs}) == len(pairs)
+    two_ports = any(len({port.partition(":")[0] for port, _ in layout}) < len(layout) for layout in layouts)
+    names = {(port, gpu): (port if two_ports else port.partition(":")[0]) if uniform or gpu is None else f"GPU{gpu}"
+             for port, gpu in pairs}
+    entries = [_leaf_entry(guid, switch_name, [(names[(port, gpu)], host) for port, gpu, host in ports], thresholds)
+               for guid, switch_name, ports in leaves.values()]
     entries.sort(key=lambda entry: (not entry["odd"], natural_key(entry["leaf"])))
     return entries
 
 
 def _leaf_entry(guid: str | None, switch_name: str | None, ports: list[tuple[str, str]],
                 thresholds: RailThresholds) -> dict[str, Any]:
-    counts = Counter(rail for rail, _ in ports)
-    rail = min(counts, key=lambda name: (-counts[name], natural_key(name)))
-    most = counts[rail]
-    aligned = most >= thresholds.min_majority * len(ports)
+    counts = Counter([rail for rail, _ in ports])
+    rail = min(counts, key=lambda name: (-counts[name], natural_key(name))) if len(counts) > 1 else next(iter(counts))
+    aligned = counts[rail] >= thresholds.min_majority * len(ports)
     odd: dict[str, list[str]] = {}
-    if aligned:
+    if aligned and len(counts) > 1:
         for other, count in sorted(counts.items(), key=lambda item: natural_key(item[0])):
             if other != rail and count <= thresholds.odd_fraction * len(ports):
                 odd[other] = sorted({host for name, host in ports if name == other}, key=natural_key)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from netdoctor.errors import UsageError
-from netdoctor.fleet.model import NodeGrade, NodeSummary, finding_json
+from netdoctor.fleet.model import NodeGrade, finding_json
 from netdoctor.fleet.report import FLEET_SCHEMA, FleetReport
 from netdoctor.host.files import read_prefix
 from netdoctor.util import natural_key
