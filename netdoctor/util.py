@@ -78,7 +78,8 @@ def import_without_rich(name: str) -> ModuleType:
 
 def natural_key(name: str) -> tuple[int | str, ...]:
     """Sort key that puts `mlx5_10` after `mlx5_9`, not between `mlx5_1` and `mlx5_2` as tools list them."""
-    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name))
+    # isdecimal, not isdigit: `²` is a digit int() refuses (a node's version string may hold one).
+    return tuple(int(part) if part.isdecimal() else part for part in re.split(r"(\d+)", name))
 
 
 def duration_text(seconds: float) -> str:

@@ -188,3 +188,66 @@ def test_cli_report_since_and_drift_in_json_and_text(tmp_path, capsys):
     assert data["changes"]["versions"][0]["host"] == "node004"
     assert fleet_main(["report", str(day2), "--since", str(tmp_path / "nowhere.json")]) == 3
     assert "--since" in capsys.readouterr().err
+
+
+# ---- hostile or odd reports: one node never breaks the fleet's judgement of the others ----
+
+def test_odd_version_strings_and_huge_numbers_never_crash_the_report(tmp_path, capsys):
+    reports = [report(f"node{index:03d}") for index in range(6)]
+    reports[1]["versions"]["driver"] = "5²0"                      # a digit int() refuses
+    reports[2]["versions"]["vbios"] = {"²": "1"}
+    reports[3]["fabric"]["rails"][0]["rate_gbps"] = 10**400       # beyond a float
+    reports[4]["probe"] = {"busbw_gbps": 1.7e308}
+    for item in reports:
+        (tmp_path / f"{item['host']}.json").write_text(json.dumps(item))
+    for output_format in ("json", "text", "html"):
+        assert fleet_main(["report", str(tmp_path), "-F", output_format]) in (1, 2)
+    fleet = json.loads((capsys.readouterr(), fleet_main(["report", str(tmp_path), "-F", "json"]), capsys.readouterr().out)[2])
+    grades = {node["host"]: node["grade"] for node in fleet["nodes"]}
+    assert grades["node004"] == "invalid" and grades["node003"] == "pass"
+    assert any(entry["minority"] == {"5²0": ["node001"]} for entry in fleet["drift"])
+
+
+def test_one_node_cannot_outvote_a_leaf_or_vote_in_another_hardware_group():
+    honest = [report(f"node{index:03d}") for index in range(7)]
+    attacker = report("node007")
+    attacker["fabric"]["rails"] = [{"port": "mlx5_5:1", "gpu": 5, "rate_gbps": 400.0}] * 64
+    attacker["neighbors"] = {"mlx5_5:1": honest[0]["neighbors"]["mlx5_0:1"]}
+    attacker["versions"]["driver"] = {f"8x {A100}": "999.0"}
+    a100 = report("a001", gpu=A100, hca=CX6, driver="535.161.08")
+    nodes = summaries([*honest, attacker, a100])
+    odd = [leaf for leaf in find_rails(nodes) if leaf["odd"]]
+    assert [(leaf["rail"], leaf["odd"]) for leaf in odd] == [("mlx5_0", {"mlx5_5": ["node007"]})]
+    drivers = [entry for entry in find_drift(nodes) if entry["what"] == "driver" and A100 in entry["among"]]
+    assert [(entry["majority"], entry["minority"]) for entry in drivers] == [("535.161.08", {})]
+
+
+def test_a_node_that_does_not_know_its_rails_gpus_is_not_miswired():
+    reports = [report(f"node{index:03d}") for index in range(8)]
+    for rail in reports[7]["fabric"]["rails"]:
+        rail["gpu"] = None
+    assert [leaf for leaf in find_rails(summaries(reports)) if leaf["odd"]] == []
+
+
+def test_since_keeps_the_hosts_it_compares_and_a_report_without_a_time_is_the_oldest(tmp_path):
+    yesterday = _fleet_json([report("n001", grade="warn", findings=[("mtu", "ib0", "warn")])])
+    yesterday["nodes"][0]["findings"][0]["host"] = "node999"     # a previous file's own words
+    changes = changes_since(build_fleet_report(summaries([report("n001")])), yesterday, "y.json")
+    assert [item["host"] for item in changes["cleared_findings"]] == ["n001"]
+    good, timeless = _fleet_json([report("n001")]), _fleet_json([report("n002")])
+    timeless["generated_at"] = None
+    (tmp_path / "a.json").write_text(json.dumps(good))
+    (tmp_path / "b.json").write_text(json.dumps(timeless))
+    assert load_previous(tmp_path)[1].endswith("a.json")
+
+
+def test_bad_pack_values_and_a_missing_since_fail_before_any_sweep(tmp_path, capsys):
+    pack = tmp_path / "site.toml"
+    pack.write_text('[pack]\nname = "site"\nextends = "default"\n\n[fleet-rails]\nmin_majority = "abc"\n')
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "n001.json").write_text(json.dumps(report("n001")))
+    assert fleet_main(["report", str(tmp_path / "reports"), "--rules", str(pack)]) == 3
+    assert "min_majority" in capsys.readouterr().err
+    # No shell is started: the --since typo is reported at once.
+    assert fleet_main(["sweep", "-w", "n[1-2]", "--via", "pdsh", "--since", str(tmp_path / "typo.json")]) == 3
+    assert "typo.json" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import structlog
 import typer
@@ -22,7 +22,7 @@ from netdoctor.fleet.outliers import DEFAULT_THRESHOLD
 from netdoctor.fleet.render import RENDERERS
 from netdoctor.fleet.model import NodeSummary
 from netdoctor.fleet.report import FleetReport, build_fleet_report
-from netdoctor.fleet.settings import fleet_settings
+from netdoctor.fleet.settings import FleetSettings, fleet_settings
 from netdoctor.fleet.since import changes_since, load_previous
 from netdoctor.fleet.sweep import SweepOptions, parse_hosts, run_sweep
 from netdoctor.logging import configure_logging
@@ -73,14 +73,28 @@ ThresholdOption = Annotated[
 ]
 
 
-def fleet_report(nodes: list[NodeSummary], outlier_threshold: float, rules: str | None, since: Path | None) -> FleetReport:
-    """The fleet report with the pack's drift and rail settings, and what changed `since` an earlier one."""
-    settings = fleet_settings(rules)
+def report_inputs(rules: str | None, since: Path | None, *, pack_on_nodes: bool = False,
+                  ) -> tuple[FleetSettings, tuple[dict[str, Any], str] | None]:
+    """The pack's fleet settings and the earlier report, read before any sweep runs (a typo
+    must not cost a sweep). `pack_on_nodes`: `--rules` may name a file only the nodes have
+    (`fleet sweep` passes it on): unreadable here, the default pack's fleet settings stand."""
+    try:
+        settings = fleet_settings(rules)
+    except NetdoctorError as error:
+        if not pack_on_nodes:
+            raise
+        log.warning("--rules is not readable here: drift and rail settings from the default pack", error=str(error))
+        settings = fleet_settings(None)
+    return settings, (load_previous(since) if since is not None else None)
+
+
+def fleet_report(nodes: list[NodeSummary], outlier_threshold: float, settings: FleetSettings,
+                 previous: tuple[dict[str, Any], str] | None) -> FleetReport:
+    """The fleet report with the pack's drift and rail settings, and what changed since `previous`."""
     report = build_fleet_report(nodes, outlier_threshold=outlier_threshold, minimum_versions=settings.minimum_versions,
                                 rail_thresholds=settings.rails)
-    if since is not None:
-        previous, source = load_previous(since)
-        report.changes = changes_since(report, previous, source)
+    if previous is not None:
+        report.changes = changes_since(report, *previous)
     return report
 
 
@@ -116,8 +130,9 @@ def sweep_command(
         deadline_s=deadline,
     )
     try:
+        settings, previous = report_inputs(rules, since, pack_on_nodes=True)
         result = run_sweep(options)
-        report = fleet_report(result.nodes, outlier_threshold, rules, since)
+        report = fleet_report(result.nodes, outlier_threshold, settings, previous)
         emit(RENDERERS[str(output_format)](report), output)   # -o FILE: atomically
     except NetdoctorError as error:
         _fail_usage(error)
@@ -144,6 +159,7 @@ def report_command(
     """Build the fleet report from saved per-node output."""
     try:
         expected = list(parse_hosts(expect)) if expect else []
+        settings, previous = report_inputs(rules, since)
         collector = FleetCollector(hosts=expected)
         for path in files:
             if str(path) == "-":
@@ -155,7 +171,7 @@ def report_command(
         nodes = collector.finish(expected_hosts=expected)
         if not nodes:
             raise UsageError("no node output found in the given files")
-        report = fleet_report(nodes, outlier_threshold, rules, since)
+        report = fleet_report(nodes, outlier_threshold, settings, previous)
         emit(RENDERERS[str(output_format)](report), output)   # -o FILE: atomically
     except NetdoctorError as error:
         _fail_usage(error)

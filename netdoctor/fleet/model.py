@@ -33,6 +33,15 @@ _MAX_KEPT_CHARS = 500
 _MAX_CHECKS = 200
 _MAX_CHECK_ID_CHARS = 64
 _MAX_GROWTH = 10**300
+# No bus bandwidth is above this (GB/s); beyond it a number is not a measurement.
+_MAX_BUSBW_GBPS = 1e6
+
+
+def _finite(value: Any) -> bool:
+    """A finite int or float (an int too large for a float is not: math.isfinite would raise)."""
+    if value.__class__ is float:
+        return math.isfinite(value)
+    return value.__class__ is int and -_MAX_GROWTH < value < _MAX_GROWTH
 
 
 class NodeGrade(enum.StrEnum):
@@ -266,8 +275,9 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
     if isinstance(probe, dict):
         busbw = probe.get("busbw_gbps")
         if isinstance(busbw, (int, float)) and not isinstance(busbw, bool):
-            if not math.isfinite(busbw):
-                return no_report(host, NodeGrade.INVALID, f"report's probe busbw_gbps is not a finite number: {busbw!r}", source)
+            if not _finite(busbw) or not 0 <= busbw <= _MAX_BUSBW_GBPS:
+                return no_report(host, NodeGrade.INVALID, "report's probe busbw_gbps is not a bus bandwidth: "
+                                 f"{_kept(repr(busbw))[:40]}", source)
             metrics[BUSBW_METRIC] = float(busbw)
     if saw_counters:
         if not math.isfinite(error_growth):
@@ -291,8 +301,11 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
 
 
 # CONTRACT 6.3's version kinds; a node's other keys are not compared.
-VERSION_KINDS = ("driver", "cuda_driver", "vbios", "hca_firmware", "ofed", "nccl", "kernel", "fabric_manager")
+VERSION_KINDS = ("driver", "cuda_driver", "vbios", "hca_firmware", "ofed", "mlx5_core", "nccl", "kernel",
+                 "fabric_manager")
 _VERSION_KIND_SET = frozenset(VERSION_KINDS)
+# Kinds given per model (a map model -> version); the others are one string per node.
+_PER_MODEL_KINDS = frozenset(("vbios", "hca_firmware"))
 _MAX_ID_CHARS = 128
 _MAX_FINDING_CHARS = 200
 _MAX_KEPT_FINDINGS = 32
@@ -314,8 +327,9 @@ def bounded_versions(data: Any) -> dict[str, Any]:
     for kind, value in data.items():
         if kind not in _VERSION_KIND_SET:
             continue
-        if value.__class__ is str:
-            kept[kind] = intern(value[:_MAX_ID_CHARS])
+        if kind not in _PER_MODEL_KINDS:
+            if value.__class__ is str:
+                kept[kind] = intern(value[:_MAX_ID_CHARS])
         elif value.__class__ is dict:
             kept[kind] = {intern(str(model)[:_MAX_ID_CHARS]): intern(version[:_MAX_ID_CHARS])
                           for model, version in list(value.items())[:16] if version.__class__ is str}
@@ -336,10 +350,12 @@ def bounded_fabric(fabric: Any, neighbors: Any) -> dict[str, Any]:
         neighbors = {}
     intern = sys.intern
     kept_rails = []
+    seen_ports: set[str] = set()   # a port listed twice counts once
     for rail in rails[:_MAX_PORTS]:
         port = rail.get("port") if rail.__class__ is dict else None
-        if port.__class__ is not str:
+        if port.__class__ is not str or port in seen_ports:
             continue
+        seen_ports.add(port)
         rate, gpu, switch = rail.get("rate_gbps"), rail.get("gpu"), neighbors.get(port)
         guid = name = None
         if switch.__class__ is dict:
@@ -347,7 +363,7 @@ def bounded_fabric(fabric: Any, neighbors: Any) -> dict[str, Any]:
             guid = intern(guid[:_MAX_ID_CHARS]) if guid.__class__ is str else None
             name = intern(name[:_MAX_ID_CHARS]) if name.__class__ is str else None
         kept_rails.append((intern(port[:_MAX_ID_CHARS]),
-                           float(rate) if rate.__class__ in (int, float) and math.isfinite(rate) else None,
+                           float(rate) if _finite(rate) else None,
                            gpu if gpu.__class__ is int and 0 <= gpu < 1 << 16 else None, guid, name))
     kept["rails"] = tuple(kept_rails)
     return kept
@@ -368,7 +384,7 @@ def bounded_facts(data: Any, keys: Mapping[str, type]) -> dict[str, Any]:
     kept: dict[str, Any] = {}
     for key in data.keys() & keys.keys():
         kind, value = keys[key], data[key]
-        if kind is float and value.__class__ in (int, float) and math.isfinite(value):
+        if kind is float and _finite(value):
             kept[key] = float(value)
         elif kind is int and value.__class__ is int and 0 <= value < 1 << 20:
             kept[key] = value
@@ -378,7 +394,7 @@ def bounded_facts(data: Any, keys: Mapping[str, type]) -> dict[str, Any]:
             kept[key] = [_small(item) for item in value[:_MAX_FACT_ITEMS]]
         elif kind is dict and value.__class__ is dict:
             kept[key] = {_kept(name)[:64]: number for name, number in list(value.items())[:_MAX_FACT_ITEMS]
-                         if number.__class__ in (int, float) and math.isfinite(number)}
+                         if _finite(number)}
     return kept
 
 
@@ -388,7 +404,7 @@ def _small(item: Any) -> Any:
     if item.__class__ is dict:
         return {str(name)[:64]: value[:_MAX_KEPT_CHARS] if value.__class__ is str else value
                 for name, value in list(item.items())[:8]
-                if value is None or value.__class__ in (str, bool) or (value.__class__ in (int, float) and math.isfinite(value))}
+                if value is None or value.__class__ in (str, bool) or _finite(value)}
     return None
 
 

@@ -51,11 +51,14 @@ def find_rails(nodes: Iterable[NodeSummary], thresholds: RailThresholds = RailTh
             if leaf is None:
                 leaf = leaves[key] = (guid, switch_name, [])
             leaf[2].append((port, gpu, host))
-    # A rail's name: the HCA's where every node puts each port nearest the same GPU, else the GPU's.
+    # A rail's name: the HCA's where every node puts each port nearest the same GPU, else the
+    # GPU's; a port whose GPU a node did not know is named as most nodes place that port.
     pairs = {pair for layout in layouts for pair in layout}
-    uniform = len({port for port, _ in pairs}) == len(pairs)
+    placed = Counter(pair for layout in layouts for pair in layout if pair[1] is not None)
+    uniform = len({port for port, _ in placed}) == len(placed)
+    usual = {port: gpu for (port, gpu), _ in sorted(placed.items(), key=lambda item: item[1])}
     two_ports = any(len({port.partition(":")[0] for port, _ in layout}) < len(layout) for layout in layouts)
-    names = {(port, gpu): (port if two_ports else port.partition(":")[0]) if uniform or gpu is None else f"GPU{gpu}"
+    names = {(port, gpu): _rail_name(port, gpu if gpu is not None else usual.get(port), uniform, two_ports)
              for port, gpu in pairs}
     entries = [_leaf_entry(guid, switch_name, [(names[(port, gpu)], host) for port, gpu, host in ports], thresholds)
                for guid, switch_name, ports in leaves.values()]
@@ -63,8 +66,16 @@ def find_rails(nodes: Iterable[NodeSummary], thresholds: RailThresholds = RailTh
     return entries
 
 
+def _rail_name(port: str, gpu: int | None, uniform: bool, two_ports: bool) -> str:
+    if uniform or gpu is None:
+        return port if two_ports else port.partition(":")[0]
+    return f"GPU{gpu}"
+
+
 def _leaf_entry(guid: str | None, switch_name: str | None, ports: list[tuple[str, str]],
                 thresholds: RailThresholds) -> dict[str, Any]:
+    # A node counts once per rail on a leaf: one node listing a port many times outvotes nobody.
+    ports = list(dict.fromkeys(ports))
     counts = Counter([rail for rail, _ in ports])
     rail = min(counts, key=lambda name: (-counts[name], natural_key(name))) if len(counts) > 1 else next(iter(counts))
     aligned = counts[rail] >= thresholds.min_majority * len(ports)

@@ -25,6 +25,7 @@ MAX_PREVIOUS_BYTES = 512 * 1024 * 1024
 # A directory's files are looked at newest first (by modification time), this many at most.
 MAX_CANDIDATES = 64
 _SEVERITY = {str(grade): grade.severity for grade in NodeGrade}
+_FINDING_KEYS = ("check", "subject", "status", "summary")
 
 
 def load_previous(path: Path) -> tuple[dict[str, Any], str]:
@@ -32,13 +33,23 @@ def load_previous(path: Path) -> tuple[dict[str, Any], str]:
     if path.is_dir():
         files = sorted((entry for entry in os.scandir(path) if entry.name.endswith(".json") and entry.is_file()),
                        key=lambda entry: entry.stat().st_mtime, reverse=True)[:MAX_CANDIDATES]
-        reports = [(report, entry.path) for entry in files if (report := _read(Path(entry.path), quiet=True))]
-        if not reports:
+        # One report in memory at a time: only each one's time is kept, the newest read again.
+        stamped = [(_stamp(report), entry.path) for entry in files if (report := _read(Path(entry.path), quiet=True))]
+        if not stamped:
             raise UsageError(f"--since {path}: no {FLEET_SCHEMA} JSON file in the directory")
-        return max(reports, key=lambda item: str(item[0].get("generated_at", "")))
+        newest = max(stamped)[1]
+        report = _read(Path(newest), quiet=False)
+        assert report is not None
+        return report, newest
     report = _read(path, quiet=False)
     assert report is not None
     return report, str(path)
+
+
+def _stamp(report: dict[str, Any]) -> str:
+    """The report's own time, for picking the newest; one that gives none counts as oldest."""
+    stamp = report.get("generated_at")
+    return stamp if isinstance(stamp, str) else ""
 
 
 def _read(path: Path, *, quiet: bool) -> dict[str, Any] | None:
@@ -92,7 +103,7 @@ def changes_since(report: FleetReport, previous: dict[str, Any], source: str) ->
             versions += [{"host": host, "what": what, "was": was.get(what), "now": current.get(what)}
                          for what in sorted(was.keys() | current.keys()) if was.get(what) != current.get(what)]
     grades.sort(key=lambda change: (-_SEVERITY.get(change["now"], 0), natural_key(change["host"])))
-    return {"previous": {"source": source, "generated_at": previous.get("generated_at"), "nodes": len(before)},
+    return {"previous": {"source": source, "generated_at": _stamp(previous) or None, "nodes": len(before)},
             "grades": grades, "new_findings": new, "cleared_findings": cleared, "versions": versions,
             "new_nodes": sorted(now.keys() - before.keys(), key=natural_key),
             "gone_nodes": sorted(before.keys() - now.keys(), key=natural_key)}
@@ -106,7 +117,8 @@ def _has_report(grade: str) -> bool:
 def _finding_changes(host: str, findings: Any, others: Any) -> list[dict[str, Any]]:
     """The findings of `findings` that `others` does not have (same check, subject and status)."""
     known = {_finding_key(finding) for finding in _findings(others)}
-    return [{"host": host, **finding} for finding in _findings(findings) if _finding_key(finding) not in known]
+    return [{"host": host, **{key: finding.get(key) for key in _FINDING_KEYS}}
+            for finding in _findings(findings) if _finding_key(finding) not in known]
 
 
 def _findings(findings: Any) -> Iterable[dict[str, Any]]:

@@ -40,7 +40,7 @@ def changes_lines(changes: Mapping[str, Any] | None) -> list[str]:
                               "kinds of finding")
     versions = version_groups(changes.get("versions"))
     if versions:
-        lines.append(f"  Versions ({_count(sum(len(hosts) for *_, hosts in versions))}):")
+        lines.append(f"  Versions ({_count(len({host for *_, hosts in versions for host in hosts}))}):")
         lines += _limited([f"    {what} {was} -> {now}  on {hosts_phrase(hosts)}" for what, was, now, hosts in versions],
                           "version changes")
     for key, title in (("new_nodes", "New nodes"), ("gone_nodes", "Gone nodes")):

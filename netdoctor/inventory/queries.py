@@ -122,8 +122,8 @@ def versions(inventory: Inventory, nccl: str | None = None) -> dict[str, Any]:
     fleet compares to find the odd node. Several values of one kind on one node are all kept.
 
     `nccl`: the NCCL library version the probe (or the NIC loopback) loaded, where one ran.
-    `ofed` is what `ofed_info -s` printed; without MLNX_OFED, MLNX_OFED's module version where
-    the loaded mlx5_core has one (`mlx5_core 23.10-1.1.9`)."""
+    `ofed` is what `ofed_info -s` printed; `mlx5_core` the loaded module's version where it has
+    one (MLNX_OFED's modules do, `23.10-1.1.9`; inbox ones do not)."""
     found: dict[str, Any] = {}
     if inventory.driver_version:
         found["driver"] = inventory.driver_version
@@ -143,8 +143,9 @@ def versions(inventory: Inventory, nccl: str | None = None) -> dict[str, Any]:
         found["kernel"] = inventory.kernel_release
     if inventory.ofed_version:
         found["ofed"] = inventory.ofed_version
-    elif inventory.rdma_driver_version:
-        found["ofed"] = f"mlx5_core {inventory.rdma_driver_version}"
+    # Its own kind: a node whose ofed_info hung must not look like drift against `ofed`.
+    if inventory.rdma_driver_version:
+        found["mlx5_core"] = inventory.rdma_driver_version
     if inventory.fabric_manager_version:
         found["fabric_manager"] = inventory.fabric_manager_version
     if nccl:
