@@ -140,7 +140,8 @@ def check(
     """
     import time
 
-    from netdoctor.report.render import is_terminal, render, use_color
+    from netdoctor.report.render import render, use_color
+    from netdoctor.util import is_terminal
     from netdoctor.run import DEFAULT_DEADLINE_S, CheckOptions, run_check
 
     options = CheckOptions(snapshot=snapshot, rules=rules, only=split_ids(only), skip=split_ids(skip),
@@ -226,7 +227,8 @@ def probe(
     snapshot: Annotated[Path | None, typer.Option("--snapshot", hidden=True)] = None,
 ) -> int:
     """Run only the NCCL probe and print its result (the `check` pipeline with the probe checks alone)."""
-    from netdoctor.report.render import is_terminal, render
+    from netdoctor.report.render import render
+    from netdoctor.util import is_terminal
     from netdoctor.run import CheckOptions, run_check
 
     if snapshot is not None:

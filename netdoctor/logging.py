@@ -12,7 +12,7 @@ import os
 import sys
 from typing import TextIO
 
-from netdoctor.util import import_without_rich
+from netdoctor.util import import_without_rich, is_terminal
 
 # netdoctor logs one line per event: structlog's rich tracebacks are not needed.
 structlog = import_without_rich("structlog")
@@ -49,7 +49,7 @@ def configure_logging(verbose: int = 0, quiet: int = 0, *, json_logs: bool = Fal
     if json_logs:
         processors += [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
     else:
-        colors = _is_tty(output) and "NO_COLOR" not in os.environ
+        colors = is_terminal(output) and "NO_COLOR" not in os.environ
         processors.append(structlog.dev.ConsoleRenderer(colors=colors))
     structlog.configure(
         processors=processors,
@@ -73,9 +73,3 @@ class _CurrentStderr:
     def isatty(self) -> bool:
         return sys.stderr.isatty()
 
-
-def _is_tty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False

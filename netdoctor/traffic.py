@@ -7,12 +7,12 @@ Their processes run through netdoctor.host.runner; a step that hangs is given up
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from netdoctor.checks.registry import Registry
 from netdoctor.errors import UsageError
-from netdoctor.inventory.model import Inventory
+from netdoctor.inventory.model import Gpu, Hca, Inventory, Port
 from netdoctor.inventory.queries import nearest_gpu
 from netdoctor.packs.model import RulePack
 from netdoctor.probe.result import ProbeNotRun, ProbeRequest, ProbeResult
@@ -68,17 +68,18 @@ def run_allreduce(inventory: Inventory, deadline: float, *, budget_s: float | No
     return result, result.to_json()
 
 
-def loopback_rails(inventory: Inventory, pack: RulePack) -> tuple[Any, ...]:
-    """Active compute RDMA ports, each with the GPU nearest it (no virtual functions)."""
-    from netdoctor.probe.loopback import Rail
-    rails = []
+def _compute_ports(inventory: Inventory, pack: RulePack) -> Iterator[tuple[Hca, Port, Gpu | None, str]]:
+    """Active compute RDMA ports (no virtual functions), each with the GPU nearest it and why."""
     for hca, port, port_class in pack.classified_ports(inventory):
-        if port_class is not None and port_class.role != "compute" or not port.is_active or hca.physical_function:
-            continue
-        gpu, basis = nearest_gpu(inventory, hca)
-        if gpu is not None:
-            rails.append(Rail(port.name, hca.name, port.number, gpu.index, basis, port.rate.gbps if port.rate else None))
-    return tuple(rails)
+        if (port_class is None or port_class.role == "compute") and port.is_active and not hca.physical_function:
+            yield hca, port, *nearest_gpu(inventory, hca)
+
+
+def loopback_rails(inventory: Inventory, pack: RulePack) -> tuple[Any, ...]:
+    """Active compute RDMA ports with a GPU nearest them: the loopback's rails."""
+    from netdoctor.probe.loopback import Rail
+    return tuple(Rail(port.name, hca.name, port.number, gpu.index, basis, port.rate.gbps if port.rate else None)
+                 for hca, port, gpu, basis in _compute_ports(inventory, pack) if gpu is not None)
 
 
 def fabric_summary(inventory: Inventory, pack: RulePack) -> dict[str, Any]:
@@ -88,9 +89,8 @@ def fabric_summary(inventory: Inventory, pack: RulePack) -> dict[str, Any]:
     if not inventory.gpus and not inventory.hcas:
         return {}
     rails = [{"port": port.name, "rate_gbps": port.rate.gbps if port.rate else None,
-              "gpu": gpu.index if (gpu := nearest_gpu(inventory, hca)[0]) is not None else None}
-             for hca, port, port_class in pack.classified_ports(inventory)
-             if (port_class is None or port_class.role == "compute") and port.is_active and not hca.physical_function]
+              "gpu": gpu.index if gpu is not None else None}
+             for _, port, gpu, _ in _compute_ports(inventory, pack)]
     return {"gpus": len(inventory.gpus), "rails": rails}
 
 

@@ -117,3 +117,11 @@ def call_with_deadline(name: str, function: Callable[[], T], wait_until: float) 
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def is_terminal(stream: Any) -> bool:
+    """Is `stream` a terminal? A stream without isatty, or a closed one, is not."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False

@@ -67,6 +67,13 @@ _GRADE_SEVERITY = {
     NodeGrade.PASS: 1,
 }
 
+
+
+def grade_severity(grade: object) -> int:
+    """The severity of a grade given as text (a saved report's, a change's); 0 for anything else."""
+    return _GRADE_SEVERITY.get(grade, 0) if isinstance(grade, str) else 0   # type: ignore[call-overload]
+
+
 GRADE_ORDER = (
     NodeGrade.PASS,
     NodeGrade.WARN,

@@ -34,6 +34,7 @@ from typing import Any, TextIO
 
 from netdoctor.fleet.model import NodeGrade
 from netdoctor.fleet.shell import host_done
+from netdoctor.util import is_terminal
 
 MAX_REDRAWS_PER_S = 10
 # While nothing arrives (nodes that hang until their timeout), redraw this often anyway.
@@ -49,10 +50,7 @@ def wanted(stream: Any, environ: Mapping[str, str] = os.environ) -> bool:
     """Whether to draw progress on `stream`: a terminal, and nobody said no."""
     if environ.get(DISABLE_VARIABLE) or environ.get("TERM") == "dumb":
         return False
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):      # no isatty, or a closed stream
-        return False
+    return is_terminal(stream)
 
 
 def clock_text(seconds: float) -> str:

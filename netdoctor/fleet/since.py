@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from netdoctor.errors import UsageError
-from netdoctor.fleet.model import NodeGrade, finding_json
+from netdoctor.fleet.model import NodeGrade, finding_json, grade_severity
 from netdoctor.fleet.report import FLEET_SCHEMA, FleetReport
 from netdoctor.host.files import read_prefix
 from netdoctor.util import natural_key
@@ -24,7 +24,6 @@ from netdoctor.util import natural_key
 MAX_PREVIOUS_BYTES = 512 * 1024 * 1024
 # A directory's files are looked at newest first (by modification time), this many at most.
 MAX_CANDIDATES = 64
-_SEVERITY = {str(grade): grade.severity for grade in NodeGrade}
 _FINDING_KEYS = ("check", "subject", "status", "summary")
 
 
@@ -102,7 +101,7 @@ def changes_since(report: FleetReport, previous: dict[str, Any], source: str) ->
             was, current = _flat_versions(old.get("versions")), _flat_versions(node.versions)
             versions += [{"host": host, "what": what, "was": was.get(what), "now": current.get(what)}
                          for what in sorted(was.keys() | current.keys()) if was.get(what) != current.get(what)]
-    grades.sort(key=lambda change: (-_SEVERITY.get(change["now"], 0), natural_key(change["host"])))
+    grades.sort(key=lambda change: (-grade_severity(change["now"]), natural_key(change["host"])))
     return {"previous": {"source": source, "generated_at": _stamp(previous) or None, "nodes": len(before)},
             "grades": grades, "new_findings": new, "cleared_findings": cleared, "versions": versions,
             "new_nodes": sorted(now.keys() - before.keys(), key=natural_key),

@@ -16,7 +16,7 @@ from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
-from netdoctor.fleet.model import NodeGrade
+from netdoctor.fleet.model import grade_severity
 from netdoctor.util import natural_key
 
 # Names NodeSet reads as one node. Anything else (`n[1-3]`, `a,b`, `@group`, `x!y`) would be
@@ -178,13 +178,6 @@ def clean_leaves_by_rail(rows: list[RailRow]) -> list[tuple[str, list[str], int]
 
 # ---- changes since the previous report -----------------------------------------------------
 
-def _severity(grade: str) -> int:
-    try:
-        return NodeGrade(grade).severity
-    except ValueError:
-        return 0
-
-
 def grade_groups(grades: Any) -> list[tuple[str, str, list[str]]]:
     """(was, now, hosts) per grade change, the worst `now` first, then the best `was` (news first)."""
     groups: dict[tuple[str, str], list[str]] = {}
@@ -192,7 +185,7 @@ def grade_groups(grades: Any) -> list[tuple[str, str, list[str]]]:
         if isinstance(change, Mapping):
             groups.setdefault((_text(change.get("was")), _text(change.get("now"))), []).append(_text(change.get("host")))
     return [(was, now, hosts) for (was, now), hosts in
-            sorted(groups.items(), key=lambda item: (-_severity(item[0][1]), _severity(item[0][0]), item[0]))]
+            sorted(groups.items(), key=lambda item: (-grade_severity(item[0][1]), grade_severity(item[0][0]), item[0]))]
 
 
 def finding_groups(findings: Any) -> list[tuple[str, str, list[str]]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from netdoctor.inventory.merge import Draft
+from netdoctor.inventory.merge import Draft, seen_by
 from netdoctor.inventory.model import Conflict, FirstHop, Inventory, LinkLayer, Port
 from netdoctor.parsers.iblinkinfo import FabricLink
 from netdoctor.parsers.lldpctl import LldpNeighbor
@@ -24,11 +24,6 @@ from netdoctor.parsers.smpquery import SmpNodeInfo, switch_name
 
 def _port(draft: Draft, fields: Mapping[str, str]) -> Port | None:
     return draft.inventory.port(f"{fields['dev']}:{fields['port']}")
-
-
-def _seen_by(port: Port, source: str) -> None:
-    if source not in port.sources:
-        port.sources += (source,)
 
 
 def join_smpquery_nodeinfo(draft: Draft, info: SmpNodeInfo, fields: Mapping[str, str]) -> None:
@@ -45,7 +40,7 @@ def join_smpquery_nodeinfo(draft: Draft, info: SmpNodeInfo, fields: Mapping[str,
             earlier.source: f"{earlier.switch_guid} port {earlier.switch_port}",
             "smpquery": f"{hop.switch_guid} port {hop.switch_port}"}, chosen="smpquery"))
     port.neighbor = hop
-    _seen_by(port, "smpquery")
+    seen_by(port, "smpquery")
 
 
 def join_smpquery_nodedesc(draft: Draft, description: str, fields: Mapping[str, str]) -> None:
@@ -86,7 +81,7 @@ def place_lldp_neighbors(inventory: Inventory) -> None:
             heard = next((inventory.lldp[slave] for slave in sorted(netdev.bond_slaves) if slave in inventory.lldp), None)
         if heard is not None:
             port.neighbor = lldp_hop(heard)
-            _seen_by(port, "lldp")
+            seen_by(port, "lldp")
 
 
 def lldp_hop(heard: LldpNeighbor) -> FirstHop:

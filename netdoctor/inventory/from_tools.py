@@ -23,7 +23,7 @@ from netdoctor.inventory.from_neighbors import (
 )
 from netdoctor.inventory.from_pci import join_lspci
 from netdoctor.inventory.hardware import ca_type_from_part_id
-from netdoctor.inventory.merge import Draft
+from netdoctor.inventory.merge import Draft, seen_by
 from netdoctor.inventory.model import (
     Conflict,
     Gpu,
@@ -143,8 +143,7 @@ def join_iblinkinfo(draft: Draft, links: list[FabricLink], fields: Mapping[str, 
             port.could_be = sysfs_values.rate_from_lanes(
                 link.could_be_width or link.width, link.could_be_lane_gbps or link.lane_gbps
             )
-        if "iblinkinfo" not in port.sources:
-            port.sources += ("iblinkinfo",)
+        seen_by(port, "iblinkinfo")
 
 
 def join_perfquery(draft: Draft, blocks: list[PerfqueryBlock], fields: Mapping[str, str]) -> None:
@@ -159,8 +158,7 @@ def join_perfquery(draft: Draft, blocks: list[PerfqueryBlock], fields: Mapping[s
     else:
         for name, value in counters.items():
             port.counters.setdefault(name, value)
-    if "perfquery" not in port.sources:
-        port.sources += ("perfquery",)
+    seen_by(port, "perfquery")
 
 
 def join_mlnx_qos(draft: Draft, qos: MlnxQos, fields: Mapping[str, str]) -> None:

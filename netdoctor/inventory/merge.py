@@ -99,17 +99,21 @@ class Draft:
         if hca is None:
             hca = Hca(name=name)
             self.inventory.hcas.append(hca)
-        if source not in hca.sources:
-            hca.sources += (source,)
+        seen_by(hca, source)
         return hca
 
     def port(self, hca: Hca, number: int, source: str) -> Port:
         port = hca.ports.get(number)
         if port is None:
             port = hca.ports[number] = Port(hca=hca.name, number=number)
-        if source not in port.sources:
-            port.sources += (source,)
+        seen_by(port, source)
         return port
+
+
+def seen_by(item: Hca | Port, source: str) -> None:
+    """Record that `source` reported `item` (once, in the order the sources came)."""
+    if source not in item.sources:
+        item.sources += (source,)
 
 
 def _combined_rate(current: LinkRate, other: LinkRate) -> LinkRate:

@@ -11,6 +11,7 @@ from typing import Any, TextIO
 from netdoctor.errors import UsageError
 from netdoctor.host.files import atomic_write
 from netdoctor.report.model import Report
+from netdoctor.util import is_terminal
 
 FORMATS = ("text", "json", "prometheus", "junit")
 
@@ -31,13 +32,6 @@ def render(report: Report, output_format: str, *, color: bool = False, terminal:
         from netdoctor.report.junit import render_junit
         return render_junit(report)
     raise UsageError(f"unknown output format {output_format!r}; choose one of {', '.join(FORMATS)}")
-
-
-def is_terminal(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def use_color(stream: TextIO, environ: Mapping[str, str] | None = None) -> bool:
