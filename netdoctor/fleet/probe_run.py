@@ -92,7 +92,7 @@ def run_fleet_probe(options: FleetProbeOptions) -> FleetReport:
     nodes += list(left_out.values())
     missing = [host for host in asked if host not in grades and host not in left_out]
     nodes += [NodeSummary(host, NodeGrade.UNREACHABLE, TopFinding("no answer to check --no-probe")) for host in missing]
-    report = build_fleet_report(nodes)
+    report = build_fleet_report(nodes, minimum_versions=settings.minimum_versions, rail_thresholds=settings.rails)
     report.probe = {"pairs": pair_rows(measurements, fabrics, thresholds, sharp_expected),
                     "suspects": [suspect.to_json() for suspect in suspects], "rounds": rounds}
     return report
