@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 class LinkLayer(enum.StrEnum):
     INFINIBAND = "InfiniBand"
     ETHERNET = "Ethernet"
+    # Neither: AWS EFA reports IB_LINK_LAYER_UNSPECIFIED (`Unspecified` in ibv_devinfo,
+    # `Unknown` in sysfs, which prints that for anything not IB or Ethernet).
+    UNSPECIFIED = "Unspecified"
 
 
 class PortState(enum.StrEnum):

@@ -27,6 +27,7 @@ from netdoctor.parsers import (
     parse_nvidia_smi_topo_matrix,
     parse_perfquery,
 )
+from netdoctor.parsers.fi_info import FiProvider, parse_fi_info, parse_fi_info_version
 from netdoctor.parsers.sysfs_values import (
     parse_counter,
     parse_hex_or_int,
@@ -41,7 +42,7 @@ from netdoctor.parsers.sysfs_values import (
 
 ACTIVE, DOWN, INIT = PortState.ACTIVE, PortState.DOWN, PortState.INIT
 LINK_UP, DISABLED, POLLING = PhysState.LINK_UP, PhysState.DISABLED, PhysState.POLLING
-IB, ETH = LinkLayer.INFINIBAND, LinkLayer.ETHERNET
+IB, ETH, UNSPECIFIED = LinkLayer.INFINIBAND, LinkLayer.ETHERNET, LinkLayer.UNSPECIFIED
 
 
 def _read(path: Path) -> str:
@@ -164,7 +165,21 @@ def _check_ibstat_sparticlesteve(text: str) -> None:
     assert ports["mlx5_0:1"].rate_gbps == 100.0 and ports["mlx5_0:1"].link_layer is IB
 
 
+def _check_ibstat_efa(text: str) -> None:
+    """AWS EFA: ibstat prints empty CA type / firmware / hardware version, `Link layer: Unknown`."""
+    output = parse_ibstat_output(text)
+    (ca,) = output.cas
+    assert (ca.name, ca.ca_type, ca.firmware, ca.hardware_version, ca.number_of_ports) == ("efa_0", None, None, None, 1)
+    assert (ca.node_guid, ca.sys_image_guid) == ("0x0000000000000000", "0x0000000000000000")
+    (port,) = ca.ports
+    assert (port.state, port.phys_state, port.rate_gbps, port.link_layer) == (ACTIVE, LINK_UP, 100.0, UNSPECIFIED)
+    assert (port.base_lid, port.lmc, port.sm_lid, port.capability_mask) == (0, 1, 0, 0)
+    assert port.port_guid == "0x100bf5fffe02e2b0"
+    assert output.errors == () and output.ignored == ()
+
+
 IBSTAT_EXPECTATIONS: dict[str, Callable[[str], None]] = {
+    "amzn-drivers-issue-114__ibstat-efa_0-link-layer-unknown.txt": _check_ibstat_efa,
     "824380210-Linpack__19A_linpack_ibstat_MT4115.txt": _check_ibstat_mt4115,
     "Heioy-Books__ibstat.md_ibstat-dev-port.txt": _check_ibstat_dev_port,
     "Heioy-Books__ibstat.md_ibstat-s.txt": _check_ibstat_short,
@@ -220,7 +235,25 @@ def _check_ibv_plain(text: str) -> None:
     assert all(port.rate is None and port.phys_state is None for device in devices for port in device.ports)
 
 
+def _check_ibv_efa(name: str, link_layer: LinkLayer) -> Callable[[str], None]:
+    """AWS EFA: transport `unspecified (4)`, fw 0.0.0.0, vendor 0x1d0f part 61344 (0xefa0)."""
+    def check(text: str) -> None:
+        (device,) = parse_ibv_devinfo(text)
+        assert (device.hca_id, device.transport, device.firmware, device.hardware_version) == (
+            name, "unspecified", "0.0.0.0", "0xEFA0")
+        assert (device.vendor_id, device.vendor_part_id, device.phys_port_cnt, device.board_id) == (0x1D0F, 0xEFA0, 1, None)
+        assert device.node_guid == device.sys_image_guid == "0x0000000000000000"
+        (port,) = device.ports
+        assert (port.number, port.state, port.max_mtu, port.active_mtu) == (1, ACTIVE, 4096, 4096)
+        assert (port.sm_lid, port.port_lid, port.lmc, port.link_layer) == (0, 0, 1, link_layer)
+        assert (port.phys_state, port.rate, port.gids) == (None, None, ())
+    return check
+
+
 IBV_DEVINFO_EXPECTATIONS: dict[str, Callable[[str], None]] = {
+    # Old rdma-core printed InfiniBand for EFA (sysfs said Unknown); newer prints Unspecified.
+    "rdma-core-pr-884__ibv_devinfo-efa_0-transport-unspecified.txt": _check_ibv_efa("efa_0", IB),
+    "uccl-issue-163__ibv_devinfo-rdmap16s27-link-layer-unspecified.txt": _check_ibv_efa("rdmap16s27", UNSPECIFIED),
     "E3SM-Project-scorpio__ibv_devinfo.txt": _check_ibv_e3sm,
     "Heioy-Books__ibv_devinfo.md_ibv_devinfo-v-port2-down.txt": _check_ibv_verbose_down,
     "Heioy-Books__ibv_devinfo.md_ibv_devinfo.txt": _check_ibv_plain,
@@ -400,6 +433,49 @@ TOPO_EXPECTATIONS: dict[str, Callable[[str], None]] = {
 }
 
 
+# --- fi_info ---------------------------------------------------------------------------------
+
+def _efa_rdm(domain: str, version: str, fabric: str = "efa") -> FiProvider:
+    return FiProvider("efa", fabric, domain, version, "FI_EP_RDM", "FI_PROTO_EFA")
+
+
+def _check_fi_info_p4d_docs(text: str) -> None:
+    providers = parse_fi_info(text)
+    assert [provider.domain for provider in providers] == [f"efa_{index}-rdm" for index in range(4)]
+    assert [provider.fabric for provider in providers] == [
+        "EFA-fe80::c6e:8fff:fef6:e7ff", "EFA-fe80::c34:3eff:feb2:3c35", "EFA-fe80::c0f:7bff:fe68:a775",
+        "EFA-fe80::ca7:b0ff:fea6:5e99"]
+    assert {(provider.provider, provider.version, provider.ep_type, provider.protocol) for provider in providers} == {
+        ("efa", "111.0", "FI_EP_RDM", "FI_PROTO_EFA")}
+
+
+def _check_fi_info_p4d_rdmap(text: str) -> None:
+    providers = parse_fi_info(text)
+    assert [provider.domain for provider in providers] == [
+        "rdmap16s27-rdm", "rdmap32s27-rdm", "rdmap144s27-rdm", "rdmap160s27-rdm"]
+    assert providers[0] == _efa_rdm("rdmap16s27-rdm", "111.20", "EFA-fe80::10d8:baff:fec9:6c1")
+    assert {provider.version for provider in providers} == {"111.20"}
+
+
+FI_INFO_EXPECTATIONS: dict[str, Callable[[str], None]] = {
+    "awsdocs-amazon-ec2-user-guide__fi_info-p-efa-t-rdm_p3dn-one-device.txt": lambda text: _assert_equal(
+        parse_fi_info(text), [_efa_rdm("efa_0-rdm", "2.0", "EFA-fe80::94:3dff:fe89:1b70")]),
+    "awsdocs-amazon-ec2-user-guide__fi_info-p-efa-t-rdm_p4d-four-devices.txt": _check_fi_info_p4d_docs,
+    "pbelevich-fair_seq_fsdp_slurm__fi_info-p-efa-t-rdm_p4d-rdmap.txt": _check_fi_info_p4d_rdmap,
+    "gnosia93-training-on-eks__fi_info-p-efa_efa-direct-rdm-dgrm.txt": lambda text: _assert_equal(
+        parse_fi_info(text), [_efa_rdm("rdmap47s0-rdm", "201.0", "efa-direct"), _efa_rdm("rdmap47s0-rdm", "201.0"),
+                              FiProvider("efa", "efa", "rdmap47s0-dgrm", "201.0", "FI_EP_DGRAM", "FI_PROTO_EFA")]),
+    "eth-cscs-cscs-docs__fi_info-p-cxi-working.txt": lambda text: _assert_equal(
+        parse_fi_info(text), [FiProvider("cxi", "cxi", "cxi0", "0.1", "FI_EP_RDM", "FI_PROTO_CXI")]),
+    # fi_getinfo's -FI_ENODATA: no provider, an answer rather than a failure.
+    "pbelevich-fair_seq_fsdp_slurm__fi_getinfo-61-no-efa.txt": lambda text: _assert_equal(parse_fi_info(text), []),
+    "eth-cscs-cscs-docs__fi_info-p-cxi-fi_getinfo-61-no-data-available.txt": lambda text: _assert_equal(
+        parse_fi_info(text), []),
+    "telescope-proj-lgproxy__fi_info-version-1.21.0a1.txt": lambda text: _assert_equal(
+        parse_fi_info_version(text), "1.21.0a1"),
+}
+
+
 # --- sysfs ----------------------------------------------------------------------------------
 
 def _port_values(files: dict[str, str], marker: str = "/infiniband/") -> dict[str, dict[str, Any]]:
@@ -548,6 +624,7 @@ TEXT_KINDS: dict[str, dict[str, Callable[[str], None]]] = {
     "perfquery": PERFQUERY_EXPECTATIONS,
     "mlnx_qos": MLNX_QOS_EXPECTATIONS,
     "nvidia-smi-topo": TOPO_EXPECTATIONS,
+    "fi_info": FI_INFO_EXPECTATIONS,
 }
 
 TEXT_CASES = [

@@ -29,6 +29,7 @@ from netdoctor.parsers import (
     parse_nvidia_smi_topo_matrix,
     parse_perfquery,
 )
+from netdoctor.parsers.fi_info import parse_fi_info, parse_fi_info_version
 from netdoctor.parsers.kernel_log import parse_kernel_log
 from netdoctor.parsers.nccl import parse_nccl_log
 from netdoctor.parsers.nccl_env import parse_device_filter, parse_nccl_conf
@@ -93,6 +94,9 @@ PARSERS: dict[str, tuple[Callable[[str], Any], list[str]]] = {
     "lldpctl-json": (parse_lldpctl_json, _samples("lldpctl")),
     "ofed_info": (parse_ofed_info, _samples("ofed_info")),
     "nv-fabricmanager": (parse_fabricmanager_version, _samples("nv-fabricmanager")),
+    # libfabric on AWS EFA: the providers it sees, and its version (one real `--version` capture).
+    "fi_info": (parse_fi_info, _samples("fi_info", lambda name: "fi_info-version" not in name)),
+    "fi_info-version": (parse_fi_info_version, _samples("fi_info", lambda name: "fi_info-version" in name)),
     # Each value of the real settings, as NCCL_IB_HCA / NCCL_SOCKET_IFNAME would carry it.
     "nccl-device-filter": (parse_device_filter, [line.partition("=")[2] for sample in _samples("nccl-conf")
                                                  for line in sample.splitlines() if "=" in line]),

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from netdoctor.errors import NothingToParse, ParseError
-from netdoctor.parsers.nccl import parse_nccl_log
+from netdoctor.parsers.nccl import network_kind, parse_nccl_log, split_log_lines
 from netdoctor.parsers.nccl_tests import parse_nccl_tests
 from tests.corpus_util import corpus_dir, corpus_files
 
@@ -292,3 +292,175 @@ def test_algorithm_per_size_from_tuning_lines() -> None:
     facts = parse_nccl_log(read("nccl-log", "Timez-zx-nccl-tests__nccl.log.txt"))
     assert facts.algorithms[8388608] == "RING"
     assert facts.net_plugin_missing       # 'NET/Plugin: Could not find: libnccl-net.so.'
+
+
+# -- cloud network plugins: AWS aws-ofi-nccl (EFA), GCP GPUDirect-TCPX / -TCPXO ---------------
+
+# name -> (Using network, net_transport(), network_kind of the transport or else of the
+#          network, GDR on the network channels, plugin version, libfabric version, OFI provider, OFI NICs)
+CLOUD_LOGS: dict[str, tuple[object, ...]] = {
+    # aws-ofi-nccl 1.16.2 on p4d, 4 pods of 1 GPU + 1 EFA: the healthy EFA path.
+    "gnosia93-training-on-eks__c7-intra-topology_p4d-4pod-libfabric-gdrdma.txt":
+        ("Libfabric", "NET/Libfabric/GDRDMA", "ofi", True, "aws-ofi-nccl 1.16.2", "2.1", "efa", 1),
+    # g6e (L40S): the plugin disables GDR ('Could not disable CUDA API usage for HMEM').
+    "gnosia93-training-on-eks__g6e-48xlarge-4pod-1proc_libfabric-gdr-disabled.log":
+        ("Libfabric", "NET/Libfabric", "ofi", False, "aws-ofi-nccl 1.16.2", "2.1", "efa", 4),
+    "gnosia93-training-on-eks__a1-karpenter_efa-gdrdma-handshake-failed.txt":
+        (None, "NET/Libfabric/GDRDMA", "ofi", True, None, None, None, None),
+    # The plugin loads, fails ('Failed to initialize sendrecv protocol'), NCCL falls back to sockets.
+    "gnosia93-training-on-eks__a2-ec2-nvlink_p4d-aws-ofi-nccl-1.17.1-socket-fallback.log":
+        ("Socket", None, "socket", None, "aws-ofi-nccl 1.17.1", "2.3", None, None),
+    "aws-ofi-nccl-issue-889__p4d-1.14.2-libfabric-2.1-init.txt": (None, None, None, None, "aws-ofi-nccl 1.14.2", "2.1", None, None),
+    "aws-ofi-nccl-issue-889__p4d-gdr-disabled-plugin-failed-socket.txt":
+        (None, None, None, None, None, None, None, None),
+    "aws-ofi-nccl-issue-715__sagemaker-p4d-1.11.0-aws-init.txt":
+        (None, None, None, None, "aws-ofi-nccl 1.11.0-aws", "1.22", None, None),
+    # Plugin <= 1.11 named its network `AWS Libfabric`; 1.4.0 said `Using` instead of `Initializing`.
+    "nccl-issue-527__p4d-aws-ofi-nccl-1.4.0aws-aws-libfabric.txt":
+        ("AWS Libfabric", None, "ofi", None, "aws-ofi-nccl 1.4.0aws", None, "efa", None),
+    "aws-ofi-nccl-issue-104__p3dn-via-net-aws-libfabric-no-gdrdma.txt":
+        (None, "NET/Libfabric", "ofi", False, None, None, None, None),
+    "aws-ofi-nccl-issue-64__p4d-v1.1.2-via-net-aws-libfabric.txt":
+        (None, "NET/Libfabric", "ofi", False, None, None, None, None),
+    "nccl-issue-1597__p5en-16-nics-libfabric.txt": ("Libfabric", None, "ofi", None, None, None, "efa", 16),
+    # The AWS docs' `Selected Provider is efa*` (the docs' wildcard is not part of the name).
+    "awsdocs-amazon-ec2-user-guide__efa-start-nccl-base_expected-ofi-lines.txt":
+        (None, None, None, None, None, None, "efa", None),
+    "elideng-sg-hypercomputer-internode-deepdive__lab-18_after_tcpx_transport.txt":
+        ("GPUDirectTCPX_v7", None, "tcpx", None, None, None, None, None),
+    "elideng-sg-hypercomputer-internode-deepdive__lab-18_tcpx_failure_dmabuf_regmr.txt":
+        (None, None, None, None, None, None, None, None),
+    "skypilot__gcp_gpu_direct_tcpx-readme_success-lines.txt": (None, None, None, None, "GPUDirectTCPX 3.1.8", None, None, None),
+    "elideng-sg-hypercomputer-internode-deepdive__lab-22_tcpxo_transport_fastrak.txt":
+        ("FasTrak", None, "tcpxo", None, "FasTrak 1.0.17", None, None, None),
+    # An A3 High node with only its gVNIC: NCCL's own sockets, no plugin.
+    "elideng-sg-hypercomputer-internode-deepdive__lab-06_nccl_transport_a3high-socket.txt":
+        ("Socket", None, "socket", None, None, None, None, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CLOUD_LOGS))
+def test_cloud_network_logs(name: str) -> None:
+    network, transport, kind, gdr, plugin_version, libfabric, provider, nics = CLOUD_LOGS[name]
+    facts = parse_nccl_log(read("nccl-log", name))
+    assert facts.network == network
+    assert facts.net_transport() == transport
+    assert network_kind(facts.net_transport() or facts.network) == kind
+    net_kinds = {connection.kind for connection in facts.connections if connection.kind.startswith("NET/")}
+    assert (facts.gdr_enabled(net_kinds.pop().removeprefix("NET/")) if net_kinds else None) == gdr
+    assert (facts.net_plugin_version, facts.libfabric_version, facts.ofi_provider, facts.ofi_nics) == (
+        plugin_version, libfabric, provider, nics)
+
+
+def test_efa_gdrdma_log_in_full() -> None:
+    facts = parse_nccl_log(read("nccl-log", "gnosia93-training-on-eks__c7-intra-topology_p4d-4pod-libfabric-gdrdma.txt"))
+    assert (facts.version, facts.net_plugin, facts.init_complete) == ("2.27.3+cuda12.9", "Libfabric (v10)", True)
+    assert facts.transport_kinds == ("NET/Libfabric",)
+    assert {connection.via for connection in facts.connections} == {"NET/Libfabric/0/GDRDMA"}
+    assert facts.gdr_hosts() == {"llama-3-8b-node-0-0": True}
+    assert (facts.ranks, facts.nodes) == (4, 4)
+    assert facts.environment["NCCL_PROTO"] == "simple"    # the plugin's `Adding NCCL_PROTO=simple`
+    assert facts.errors == ()
+
+
+def test_old_aws_libfabric_channel_reads_as_libfabric() -> None:
+    facts = parse_nccl_log(read("nccl-log", "aws-ofi-nccl-issue-104__p3dn-via-net-aws-libfabric-no-gdrdma.txt"))
+    (connection,) = facts.connections
+    assert (connection.via, connection.kind, connection.gdr) == ("NET/AWS Libfabric/0", "NET/Libfabric", False)
+    assert (connection.host, connection.direction, connection.source_rank, connection.target_rank) == (
+        "ip-10-0-0-157", "receive", 12, 0)
+    assert facts.gdr_hosts() == {"ip-10-0-0-157": False}
+
+
+def test_plugin_failure_then_socket_fallback_keeps_the_warnings() -> None:
+    """aws-ofi-nccl prints C++ signatures as the WARN location; those lines are errors, not noise."""
+    facts = parse_nccl_log(read("nccl-log", "gnosia93-training-on-eks__a2-ec2-nvlink_p4d-aws-ofi-nccl-1.17.1-socket-fallback.log"))
+    assert facts.net_plugin == "Libfabric (v10)"
+    assert len(facts.warnings) == 12
+    first = facts.warnings[0]
+    assert (first.host, first.device, first.location, first.message) == (
+        "ip-172-31-3-153", 2, "int nccl_net_ofi_create_plugin(nccl_net_ofi_plugin_t**):208",
+        "NET/OFI Failed to initialize sendrecv protocol")
+    assert any(warning.message == "NET/OFI Initializing plugin failed" for warning in facts.warnings)
+    assert {(device.plugin, device.name, device.address) for device in facts.net_devices} == {
+        ("Socket", "ens32", "172.31.3.153")}
+    assert facts.transport_kinds == ("P2P",)
+
+
+def test_gdr_required_but_disabled_on_p4d() -> None:
+    facts = parse_nccl_log(read("nccl-log", "aws-ofi-nccl-issue-889__p4d-gdr-disabled-plugin-failed-socket.txt"))
+    assert [warning.message for warning in facts.warnings][0] == \
+        "NET/OFI GDR disabled on GDR-supported instance type p4d.24xlarge"
+    assert [warning.location for warning in facts.warnings] == [
+        "platform_config_endpoint:626", "nccl_net_ofi_domain_get_ep:969", "nccl_net_ofi_create_plugin:335",
+        "nccl_net_ofi_init:155"]
+    assert [(device.plugin, device.name, device.address) for device in facts.net_devices] == [
+        ("Socket", "eth0", "10.36.29.253")]
+    assert facts.network is None          # the paste ends at `Using networ`
+
+
+def test_efa_handshake_failure_warns_with_a_signature_location() -> None:
+    facts = parse_nccl_log(read("nccl-log", "gnosia93-training-on-eks__a1-karpenter_efa-gdrdma-handshake-failed.txt"))
+    assert len(facts.warnings) == 2
+    warning = facts.warnings[0]
+    assert warning.location == ("int cm_req_handle_error_entry(nccl_net_ofi_context_t*, fid_cq*, fi_cq_err_entry*, "
+                                "uint16_t):46")
+    assert "Error: 4126 (Unresponsive receiver (reachable by EFA device but handshake failed)" in warning.message
+    assert any(error.message == "transport/net.cc:753 -> 6" for error in facts.errors)
+
+
+def test_tcpx_lines_trimmed_to_the_device() -> None:
+    facts = parse_nccl_log(read("nccl-log", "elideng-sg-hypercomputer-internode-deepdive__lab-18_after_tcpx_transport.txt"))
+    assert facts.errors == ()
+    messages, _ = split_log_lines(read("nccl-log", "elideng-sg-hypercomputer-internode-deepdive__lab-18_after_tcpx_transport.txt"))
+    assert (messages[0].device, messages[0].message) == (0, "NET/GPUDirectTCPX : GPUDirectTCPX enable: 1")
+    assert [message.device for message in messages].count(1) == 4
+
+
+def test_tcpx_registration_failures() -> None:
+    facts = parse_nccl_log(read("nccl-log", "elideng-sg-hypercomputer-internode-deepdive__lab-18_tcpx_failure_dmabuf_regmr.txt"))
+    locations = [warning.location for warning in facts.warnings]
+    assert locations == ["tcpxResult_t gpu_tx_reg_mr(...):223", "proxy.cc:1501", "tcpxResult_t tcpxRegMr(...):800",
+                         "proxy.cc:1535"]
+    assert facts.warnings[0].message.startswith("gpu_tx_reg_mr failed -5")
+    assert facts.warnings[2].message == "p2pdma api won't work with only RegMr, due to alignment issue"
+
+
+def test_a3_high_socket_only() -> None:
+    facts = parse_nccl_log(read("nccl-log", "elideng-sg-hypercomputer-internode-deepdive__lab-06_nccl_transport_a3high-socket.txt"))
+    assert facts.version == "2.22.3+cuda12.6"
+    assert [(device.plugin, device.name, device.address) for device in facts.net_devices] == [
+        ("Socket", "eth0", "10.128.0.52")]
+    assert [(state.plugin, state.device, state.enabled) for state in facts.gdr] == [("Socket", "eth0", False)]
+    assert facts.transport_kinds == ("P2P",)
+
+
+def test_cloud_channel_names_from_the_nccl_format() -> None:
+    """Synthetic lines: no public TCPX/TCPXO channel line, nor one through the `OFI` alias or with
+    NCCL 2.2x's `/GDRDMA(PCI)`, was found with provenance. They are built from NCCL's format
+    (src/transport/net.cc: `Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d%s%s%s`, the
+    plugin's name, `/GDRDMA`, `(PCI)` when GDR goes through PCI) with the names the plugins
+    register: `GPUDirectTCPX_v7` (nccl-plugin-gpudirecttcpx src/nccl_plugin.cc), `FasTrak`
+    (nccl-plugin-gpudirect-tcpxo), `OFI` (aws-ofi-nccl renames itself when NCCL_NET=OFI)."""
+    def transport(via: str) -> tuple[str | None, str | None]:
+        facts = parse_nccl_log(f"h1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via {via}\n")
+        return facts.net_transport(), network_kind(facts.net_transport())
+
+    assert transport("NET/GPUDirectTCPX_v7/0") == ("NET/GPUDirectTCPX", "tcpx")
+    assert transport("NET/GPUDirectTCPX_v7/3/GDRDMA") == ("NET/GPUDirectTCPX/GDRDMA", "tcpx")
+    assert transport("NET/FasTrak/1/GDRDMA") == ("NET/FasTrak/GDRDMA", "tcpxo")
+    assert transport("NET/OFI/0/GDRDMA") == ("NET/Libfabric/GDRDMA", "ofi")
+    assert transport("NET/IB/0/GDRDMA(PCI)") == ("NET/IB/GDRDMA", "ib")
+    assert transport("NET/IB/0/GDRDMA(PCI)/Shared") == ("NET/IB/GDRDMA", "ib")
+
+
+@pytest.mark.parametrize(("transport", "kind"), [
+    (None, None), ("", None), ("P2P", None), ("NET/Unknown", None),
+    ("NET/IB", "ib"), ("NET/IB/GDRDMA", "ib"), ("IB", "ib"), ("IBext_v8", "ib"),
+    ("NET/Socket", "socket"), ("Socket", "socket"), ("FastSocket", "socket"),
+    ("NET/Libfabric/GDRDMA", "ofi"), ("Libfabric", "ofi"), ("AWS Libfabric", "ofi"), ("NET/AWS Libfabric", "ofi"),
+    ("GPUDirectTCPX_v7", "tcpx"), ("NET/GPUDirectTCPX/GDRDMA", "tcpx"),
+    ("FasTrak", "tcpxo"), ("NET/FasTrak", "tcpxo"),
+])
+def test_network_kind(transport: str | None, kind: str | None) -> None:
+    assert network_kind(transport) == kind

@@ -281,4 +281,6 @@ def link_layer_from_text(source: str, text: str, line_number: int = 0, line: str
         return LinkLayer.INFINIBAND
     if key == "ethernet":
         return LinkLayer.ETHERNET
+    if key in ("unspecified", "unknown"):
+        return LinkLayer.UNSPECIFIED
     raise ParseError(source, f"unknown link layer {text.strip()[:40]!r}", line_number, line)

@@ -146,6 +146,9 @@ def parse_ibstat_output(text: str) -> IbstatOutput:
                         Capability mask: 0x2651e84a
                         Port GUID: 0xec0d9a03003d677a
                         Link layer: InfiniBand
+
+    AWS EFA devices print `CA type:`, `Firmware version:` and `Hardware version:` with no
+    value (read as None, like a redacted value) and `Link layer: Unknown` (UNSPECIFIED).
     """
     require_text(SOURCE, text)
     cas: list[IbstatCa] = []

@@ -128,6 +128,10 @@ def parse_ibv_devinfo(text: str) -> list[IbvDevice]:
     ODP blocks, ...): those are skipped. Once a `port:` line is seen, every key until the
     next `port:`/`hca_id:` belongs to that port (ibv_devinfo prints ports last), which is
     why indentation is not relied on (it is not stable across versions and pastes).
+
+    AWS EFA devices say `transport: unspecified (4)` (kept as `unspecified`), `fw_ver: 0.0.0.0`
+    (kept as printed), vendor 0x1d0f, and `link_layer: Unspecified` (`InfiniBand` with older
+    rdma-core).
     """
     require_text(SOURCE, text)
     screen_tool_errors(SOURCE, text)

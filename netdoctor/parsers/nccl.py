@@ -4,6 +4,10 @@ Pure: text in, frozen dataclasses out. NCCL lines interleave arbitrarily between
 and ranks, and share a stream with other output (nccl-tests tables, a worker's own lines),
 so `split_log_lines` first separates NCCL's lines from the rest (the nccl-tests parser,
 netdoctor.parsers.nccl_tests, uses it too).
+
+Cloud network plugins are read too: AWS's aws-ofi-nccl (`Using network AWS Libfabric` up to
+plugin 1.11, `Libfabric` from 1.13; `NET/OFI` lines), GCP's GPUDirect-TCPX
+(`GPUDirectTCPX_v7`) and GPUDirect-TCPXO (`FasTrak`); `network_kind` names the family.
 """
 
 from __future__ import annotations
@@ -16,12 +20,16 @@ from netdoctor.errors import NothingToParse
 # `host:pid:tid [dev] [file.cc:line] NCCL LEVEL message`; the location part appears on WARN
 # lines. nccl-tests rows may have the prefix glued to their end (`... -1mew0:65704:...`),
 # so the host must start with a letter to be told apart from the row's last number.
+# Net plugins print a C++ signature as the location: `int nccl_net_ofi_create_plugin(...):208`.
+_SIGNATURE = r"(?:[\w:<>*&]+ ){0,3}[\w:<>~]+\([^()]*\):\d+"
 _PREFIX = re.compile(
     r"(?P<host>[A-Za-z][\w.\-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<device>\d+)\] "
-    r"(?:(?P<location>\S+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) ?(?P<message>.*)$"
+    rf"(?:(?P<location>{_SIGNATURE}|\S+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) ?(?P<message>.*)$"
 )
-# Authors often quote lines with the prefix trimmed: `NCCL INFO NET/IB : Using ...`.
-_BARE = re.compile(r"^\s*(?:(?P<location>\S+\.cc:\d+) )?NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<message>.*)$")
+# Authors often quote lines with the prefix trimmed: `NCCL INFO NET/IB : Using ...`, or
+# down to the device: `[0] NCCL INFO NET/GPUDirectTCPX : ...`.
+_BARE = re.compile(rf"^\s*(?:\[(?P<device>\d+)\] )?(?:(?P<location>{_SIGNATURE}|\S+\.cc:\d+) )?"
+                   r"NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<message>.*)$")
 
 
 @dataclass(frozen=True)
@@ -48,18 +56,22 @@ class ChannelConnection:
 
     @property
     def kind(self) -> str:
-        """P2P, SHM, NET/IB, NET/Socket, COLLNET, ...: the transport family."""
+        """P2P, SHM, NET/IB, NET/Socket, NET/Libfabric, NET/GPUDirectTCPX, NET/FasTrak, COLLNET, ...
+
+        The transport family. aws-ofi-nccl's older names (`AWS Libfabric`, `OFI`) read as
+        `NET/Libfabric`, and TCPX's versioned `GPUDirectTCPX_v7` as `NET/GPUDirectTCPX`.
+        """
         parts = self.via.split("/")
         if parts[0] == "NET" and len(parts) > 1:
-            return f"NET/{parts[1]}"
+            return f"NET/{_net_name(parts[1])}"
         return parts[0]
 
     @property
     def gdr(self) -> bool | None:
-        """GPUDirect RDMA for a network connection (`/GDRDMA` suffix); None for non-network ones."""
+        """GPUDirect RDMA for a network connection (`/GDRDMA`, newer NCCL `/GDRDMA(PCI)`); None off the network."""
         if not self.kind.startswith("NET/"):
             return None
-        return "GDRDMA" in self.via.split("/")
+        return any(part.startswith("GDRDMA") for part in self.via.split("/"))
 
 
 @dataclass(frozen=True)
@@ -123,6 +135,10 @@ class NcclLogFacts:
     environment: dict[str, str] = field(default_factory=dict)             # NCCL_* set by environment
     net_plugin: str | None = None                # external plugin loaded: its path or name
     net_plugin_missing: bool = False             # NCCL looked for libnccl-net.so and found none
+    net_plugin_version: str | None = None        # aws-ofi-nccl 1.14.2, GPUDirectTCPX 3.1.8, FasTrak 1.0.17
+    libfabric_version: str | None = None         # `NET/OFI Using Libfabric version 1.22`
+    ofi_provider: str | None = None              # `NET/OFI Selected Provider is efa` -> efa
+    ofi_nics: int | None = None                  # `... (found 16 nics)`
     collnet: tuple[CollNetConnection, ...] = ()
     sharp_initialized: bool = False              # `SHARP rank 0/4 initialized on mlx5_0:1`
     algorithms: dict[int, str] = field(default_factory=dict)             # bytes -> RING/TREE/COLLNET_DIRECT/NVLS (TUNING)
@@ -177,6 +193,11 @@ class NcclLogFacts:
             return f"{kind}/GDRDMA"
         return kind
 
+    def network_used(self) -> str | None:
+        """`net_transport()`, else the network NCCL chose (`Using network Socket` -> `NET/Socket`)
+        where the log shows no channel line (a short or cut log)."""
+        return self.net_transport() or (f"NET/{_net_name(self.network)}" if self.network else None)
+
     def gdr_hosts(self) -> dict[str, bool]:
         """Per host (of the log's line prefixes), whether all its network channels used GPUDirect RDMA."""
         hosts: dict[str, bool] = {}
@@ -203,6 +224,34 @@ class NcclLogFacts:
         return None
 
 
+_NET_ALIASES = {"AWS Libfabric": "Libfabric", "OFI": "Libfabric"}
+_NETWORK_KINDS = {"IB": "ib", "Socket": "socket", "FastSocket": "socket", "Libfabric": "ofi",
+                  "GPUDirectTCPX": "tcpx", "FasTrak": "tcpxo"}
+
+
+def _net_name(name: str) -> str:
+    """One spelling per network plugin: `AWS Libfabric`/`OFI` -> Libfabric, `GPUDirectTCPX_v7` -> GPUDirectTCPX."""
+    if name.startswith("GPUDirectTCPX"):
+        return "GPUDirectTCPX"
+    return _NET_ALIASES.get(name, name)
+
+
+def network_kind(transport: str | None) -> str | None:
+    """The family of a network transport: "ib", "socket", "ofi", "tcpx", "tcpxo", or None.
+
+    Takes `NcclLogFacts.net_transport()` (`NET/Libfabric/GDRDMA`) or a `Using network` name
+    (`facts.network`: `IB`, `IBext_v8`, `Socket`, `AWS Libfabric`, `Libfabric`,
+    `GPUDirectTCPX_v7`, `FasTrak`). "ib" is NCCL's verbs transport (InfiniBand or RoCE) and
+    the SHARP plugin's `IBext`; "socket" is TCP (`Socket`, Google's `FastSocket`); "ofi" is
+    aws-ofi-nccl (EFA); "tcpx"/"tcpxo" are GCP GPUDirect-TCPX / -TCPXO (FasTrak). None for
+    None or a name not listed here.
+    """
+    if not transport:
+        return None
+    name = _net_name(transport.removeprefix("NET/").split("/")[0].strip())
+    return "ib" if name.startswith("IBext") else _NETWORK_KINDS.get(name)
+
+
 def split_log_lines(text: str) -> tuple[list[LogLine], list[tuple[int, str]]]:
     """Separate NCCL log messages from everything else.
 
@@ -224,7 +273,9 @@ def split_log_lines(text: str) -> tuple[list[LogLine], list[tuple[int, str]]]:
             continue
         bare = _BARE.match(line)
         if bare:
-            messages.append(LogLine(number, bare["level"], bare["message"].strip(), location=bare["location"]))
+            device = int(bare["device"]) if bare["device"] else None
+            messages.append(LogLine(number, bare["level"], bare["message"].strip(), device=device,
+                                    location=bare["location"]))
             continue
         if messages and messages[-1].level == "WARN" and messages[-1].line_number == number - 1 and line.strip() \
                 and not line.lstrip().startswith("#"):
@@ -259,6 +310,14 @@ _GPU_PATH = re.compile(r"((?:GPU|NVS|CPU|NET|NIC|PCI)/[\w\-]+) \(\d+/[\d.]+/(\w+
 _ENV = re.compile(r"^(NCCL_\w+) set by environment to (.*?)\.?$")
 _COMM = re.compile(r"nRanks (\d+) nNodes (\d+)")
 _PROPAGATION = re.compile(r"^\S+\.cc:\d+ -> \d+")
+# Network plugin versions: aws-ofi-nccl (`Using aws-ofi-nccl 1.4.0aws` before 1.5), TCPX
+# (`ver. 3.1.8.`: the trailing dot ends an empty suffix), TCPXO (`NET/FasTrak <time>: ...`).
+_PLUGIN_VERSION = re.compile(r"^(?:NET/OFI (?:Initializing|Using) aws-ofi-nccl (\S+)"
+                             r"|NET/GPUDirectTCPX ver\. (\S+?)\.?"
+                             r"|NET/FasTrak \S+: Initializing network FasTrak, version: (\S+))$")
+_PLUGIN_NAMES = ("aws-ofi-nccl", "GPUDirectTCPX", "FasTrak")   # in the order of _PLUGIN_VERSION's groups
+_LIBFABRIC = re.compile(r"^NET/OFI Using Libfabric version (\S+)$")
+_OFI_PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is ([\w;-]+)(?:, fabric is \S+)?(?: \(found (\d+) nics\))?")
 
 
 def parse_nccl_log(text: str) -> NcclLogFacts:
@@ -289,6 +348,10 @@ def parse_nccl_log(text: str) -> NcclLogFacts:
     environment: dict[str, str] = {}
     net_plugin: str | None = None
     net_plugin_missing = False
+    plugin_version: str | None = None
+    libfabric: str | None = None
+    ofi_provider: str | None = None
+    ofi_nics: int | None = None
     collnet: list[CollNetConnection] = []
     sharp_initialized = False
     algorithms: dict[int, str] = {}
@@ -310,6 +373,14 @@ def parse_nccl_log(text: str) -> NcclLogFacts:
             cuda_driver = int(match[1])
         elif match := _NETWORK.match(body):
             network = match[1].strip()
+        elif match := _PLUGIN_VERSION.match(body):
+            plugin_version = plugin_version or next(f"{name} {group}" for name, group
+                                                    in zip(_PLUGIN_NAMES, match.groups()) if group)
+        elif match := _LIBFABRIC.match(body):
+            libfabric = libfabric or match[1]
+        elif match := _OFI_PROVIDER.match(body):
+            if ofi_provider is None:
+                ofi_provider, ofi_nics = match[1], int(match[2]) if match[2] else None
         elif match := _USING.match(body):
             plugin = match[1]
             if plugin == "IB":
@@ -366,7 +437,8 @@ def parse_nccl_log(text: str) -> NcclLogFacts:
             connections, key=lambda key: (key[0], key[1], key[2], key[3] or "", key[4] or ""))),
         ring_channels=ring_channels, coll_channels=coll_channels, nvls_channels=nvls_channels,
         graphs=tuple(graphs), gpu_paths=gpu_paths, environment=environment, net_plugin=net_plugin,
-        net_plugin_missing=net_plugin_missing and net_plugin is None, collnet=tuple(collnet),
+        net_plugin_missing=net_plugin_missing and net_plugin is None, net_plugin_version=plugin_version,
+        libfabric_version=libfabric, ofi_provider=ofi_provider, ofi_nics=ofi_nics, collnet=tuple(collnet),
         sharp_initialized=sharp_initialized, algorithms=algorithms, ranks=ranks, nodes=nodes,
         init_complete=init_complete, warnings=tuple(warnings), errors=tuple(errors),
     )

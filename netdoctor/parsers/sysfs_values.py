@@ -184,3 +184,16 @@ def rate_from_lanes(width: int | None, lane_gbps: float | None, speed: str | Non
         return LinkRate(gbps=gbps, width=width, speed=name, lane_gbps=IB_SPEED_LANE_GBPS[name])
     gbps = width * lane_gbps if width and lane_gbps else None
     return LinkRate(gbps=gbps, width=width, speed=None, lane_gbps=lane_gbps)
+
+
+def pci_id(text: str | None) -> str | None:
+    """A PCI `vendor`/`device` file (`0x1d0f`) -> lower-case `0x` + 4 hex digits; None if absent or not one."""
+    value = (text or "").strip().lower()
+    return value if re.fullmatch(r"0x[0-9a-f]{4}", value) else None
+
+
+def p2p_providers(text: str) -> tuple[str, ...]:
+    """EFA's `p2p` file: the peer-to-peer providers its driver resolved (`NVIDIA`, `NVIDIA peermem`,
+    `NEURON`), one per line or comma-separated; empty: none."""
+    parts = re.split(r"[\n,]", _clean(text))
+    return tuple(part.strip()[:40] for part in parts if part.strip())[:8]
