@@ -259,7 +259,8 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
         snapshot=str(options.snapshot) if options.snapshot is not None else None,
         captured_at=inventory.captured_at if node.is_snapshot else None,
         required_not_run=tuple(sorted(pack.required & set(registry.ids()) - {check.id for check in selected})),
-        versions=versions(inventory, nccl=loaded_nccl(probe_for_checks, loopback)),
+        versions=versions(inventory, nccl=loaded_nccl(probe_for_checks, loopback),
+                          net_plugin=getattr(probe_for_checks, "net_plugin", None)),
         neighbors=neighbors(inventory),
         fabric=fabric_summary(inventory, pack),
     )

@@ -12,8 +12,9 @@ from typing import Any
 
 from netdoctor.checks.registry import Registry
 from netdoctor.errors import UsageError
+from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import Gpu, Hca, Inventory, Port
-from netdoctor.inventory.queries import nearest_gpu
+from netdoctor.inventory.queries import gpu_fabric_netdevs, nearest_gpu
 from netdoctor.packs.model import RulePack
 from netdoctor.probe.result import ProbeNotRun, ProbeRequest, ProbeResult
 from netdoctor.util import DeadlineExceeded, call_with_deadline
@@ -78,8 +79,9 @@ def _compute_ports(inventory: Inventory, pack: RulePack) -> Iterator[tuple[Hca, 
 def loopback_rails(inventory: Inventory, pack: RulePack) -> tuple[Any, ...]:
     """Active compute RDMA ports with a GPU nearest them: the loopback's rails."""
     from netdoctor.probe.loopback import Rail
+    # EFA is reached through aws-ofi-nccl, which takes no NCCL_IB_HCA: no rail can be run alone.
     return tuple(Rail(port.name, hca.name, port.number, gpu.index, basis, port.rate.gbps if port.rate else None)
-                 for hca, port, gpu, basis in _compute_ports(inventory, pack) if gpu is not None)
+                 for hca, port, gpu, basis in _compute_ports(inventory, pack) if gpu is not None and not is_efa(hca))
 
 
 def fabric_summary(inventory: Inventory, pack: RulePack) -> dict[str, Any]:
@@ -91,6 +93,13 @@ def fabric_summary(inventory: Inventory, pack: RulePack) -> dict[str, Any]:
     rails = [{"port": port.name, "rate_gbps": port.rate.gbps if port.rate else None,
               "gpu": gpu.index if gpu is not None else None}
              for _, port, gpu, _ in _compute_ports(inventory, pack)]
+    # GPU NICs without RDMA (GCP GPUDirect-TCPX/TCPXO): each up gVNIC next to a GPU is a rail.
+    for name, gpus in (gpu_fabric_netdevs(inventory) or {}).items():
+        netdev = inventory.netdev(name)
+        if netdev is not None and netdev.operstate == "up":
+            gpu_index = next((gpu.index for gpu in inventory.gpus if gpu.label == gpus[0]), None)
+            rails.append({"port": name, "rate_gbps": netdev.speed_mbps / 1000 if netdev.speed_mbps else None,
+                          "gpu": gpu_index})
     return {"gpus": len(inventory.gpus), "rails": rails}
 
 
@@ -101,6 +110,9 @@ def run_nic_loopback(inventory: Inventory, pack: RulePack, deadline: float, *, e
         return ProbeNotRun("no NVIDIA GPUs")
     if not inventory.hcas:
         return ProbeNotRun("no RDMA NICs")
+    if all(is_efa(hca) for hca in inventory.hcas):
+        return ProbeNotRun("EFA devices are reached through NCCL's aws-ofi-nccl plugin, which cannot be pointed at one "
+                           "device: `netdoctor fleet probe` measures them between nodes")
     left_s = deadline - time.monotonic()
     try:
         from netdoctor.probe.loopback import LoopbackRequest, run_loopback

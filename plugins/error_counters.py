@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
+from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import Hca, LinkLayer, Port
 from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
 from netdoctor.packs import PortClass
@@ -70,6 +71,25 @@ HW_COUNTERS = (
                 "packet loss on the RoCE fabric: check PFC on the RDMA priority, ECN, and switch buffers"),
 )
 ETHERNET_ONLY = frozenset({"roce_adp_retrans"})
+# AWS EFA hw_counters (amzn-drivers efa_verbs.c; port stats, and the device stats EFA drivers
+# before r1.14 kept in one list), by growth only: they count since the driver loaded. EFA has
+# no IBTA counters/ (no PMA), so these are all its link health there is.
+EFA_REMEDY = ("EFA is judged through AWS's fabric: a node whose EFA counters climb alone is the suspect (stop and "
+              "start the instance to move it to other hardware); counters climbing on many nodes at once point "
+              "at the fabric or the job: compare with the fleet report and `fleet probe`")
+EFA_COUNTERS = (
+    CounterSpec("retrans_pkts", 64, "packets EFA's SRD transport retransmitted (loss on the path)", EFA_REMEDY),
+    CounterSpec("retrans_timeout_events", 64, "retransmissions that timed out (a path or peer lost packets "
+                "repeatedly)", EFA_REMEDY),
+    CounterSpec("unresponsive_remote_events", 64, "peers that stopped answering", EFA_REMEDY),
+    CounterSpec("impaired_remote_conn_events", 64, "connections to peers marked impaired", EFA_REMEDY),
+    CounterSpec("rx_drops", 64, "packets the device dropped on receive", EFA_REMEDY),
+    CounterSpec("rdma_read_wr_err", 64, "RDMA read work requests that failed", EFA_REMEDY),
+    CounterSpec("rdma_write_wr_err", 64, "RDMA write work requests that failed", EFA_REMEDY),
+    CounterSpec("cmds_err", 64, "admin commands the device failed", EFA_REMEDY),
+    CounterSpec("no_completion_cmds", 64, "admin commands the device never completed (it stopped answering "
+                "its driver)", EFA_REMEDY),
+)
 XMIT_WAIT = CounterSpec("port_xmit_wait", 32, "ticks with data to send but no flow-control credit", "")
 
 
@@ -230,7 +250,14 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port) -> list[Finding]:
     available = [spec for spec in ERROR_COUNTERS if port.counters.get(spec.name) is not None]
     not_available = [spec.name for spec in ERROR_COUNTERS
                      if spec.name in port.counters and port.counters[spec.name] is None]
-    if not available:
+    efa = is_efa(hca)
+    hw_specs = [spec for spec in (EFA_COUNTERS if efa else HW_COUNTERS) if spec.name in port.hw_counters
+                and (spec.name not in ETHERNET_ONLY or port.link_layer is LinkLayer.ETHERNET)]
+    if efa and not available and not hw_specs:
+        return [ctx.unknown(port.name, "no EFA hw_counters to judge: " + unavailable_reason(ctx.inventory, "sysfs"),
+                            remedy="EFA's statistics appear under /sys/class/infiniband/DEV/ports/1/hw_counters "
+                                   "with the efa driver r1.14 or later (network counters from r2.17)")]
+    if not available and not efa:
         if not_available:
             return [ctx.unknown(port.name, "error counters not available (N/A: the device has no PMA)",
                                 evidence={"counters_not_available": not_available})]
@@ -245,11 +272,7 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port) -> list[Finding]:
         before = previous.get(spec.name) if previous else None
         _judge_counter(ctx, hca, port, spec, value, before, elapsed_s,
                        no_history or "there is no earlier reading of this counter", out, absolute=True)
-    for spec in HW_COUNTERS:
-        if spec.name not in port.hw_counters:
-            continue
-        if spec.name in ETHERNET_ONLY and port.link_layer is not LinkLayer.ETHERNET:
-            continue
+    for spec in hw_specs:
         before = previous.get(HW_PREFIX + spec.name) if previous else None
         if before is None:
             out.evidence[spec.name] = port.hw_counters[spec.name]
@@ -276,9 +299,11 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port) -> list[Finding]:
         return out.findings
     if error_growth is not None:
         out.evidence["error_growth"] = error_growth
-    judged = len(available) + sum(1 for spec in HW_COUNTERS if spec.name in port.hw_counters
-                                  and (spec.name not in ETHERNET_ONLY or port.link_layer is LinkLayer.ETHERNET))
-    if elapsed_s is not None:
+    judged = len(available) + len(hw_specs)
+    if efa and elapsed_s is None:
+        summary = (f"{judged} EFA counters read ({no_history}); they count since the driver loaded, so they are "
+                   "judged by growth from the next run")
+    elif elapsed_s is not None:
         summary = f"no error growth beyond limits in {duration_text(elapsed_s)} ({judged} counters)"
     else:
         summary = f"error counters within absolute limits ({no_history}; growth not judged)"

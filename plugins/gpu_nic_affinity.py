@@ -21,7 +21,8 @@ from typing import Any
 from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Gpu, Hca, Inventory, Port, Topology
-from netdoctor.inventory.queries import virtual_function_note
+from netdoctor.inventory.hardware import is_efa
+from netdoctor.inventory.queries import pcie_level, unbound_efa_functions, virtual_function_note
 from netdoctor.packs import role_of
 from netdoctor.util import natural_key
 
@@ -188,6 +189,52 @@ def _numa_finding(ctx: CheckContext, gpu: Gpu, hcas: Mapping[str, Hca], problem:
                       evidence=evidence, remedy=CROSS_SOCKET_REMEDY, rule="numa_mismatch_severity")
 
 
+def _efa_tree_levels(inventory: Inventory, gpus: list[Gpu], hcas: Mapping[str, Hca]) -> dict[str, dict[str, str]] | None:
+    """GPU label -> {EFA device: level} from the PCIe tree, nearest first; None where the node has
+    no EFA compute device, or the tree puts no GPU and EFA device under one bridge below a root
+    port (a VM that shows a flat bus: nothing to read placement from)."""
+    efa = {name: hca for name, hca in hcas.items() if is_efa(hca) and hca.pci_address}
+    if not efa:
+        return None
+    levels_by_gpu: dict[str, dict[str, str]] = {}
+    for gpu in gpus:
+        levels = {name: level for name, hca in efa.items() if gpu.pci_address
+                  and (level := pcie_level(inventory, gpu.pci_address, hca.pci_address or "")) is not None}
+        if levels:
+            levels_by_gpu[gpu.label] = dict(sorted(levels.items(), key=lambda item: (RANK[item[1]], natural_key(item[0]))))
+    below_root = any(RANK[level] <= RANK["PXB"] for levels in levels_by_gpu.values() for level in levels.values())
+    return levels_by_gpu if below_root else None
+
+
+def _too_few_near_nics(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], evidence: dict[str, Any]) -> Finding | None:
+    """A platform with several NICs per GPU (`min_near_nics`: 4 EFA per H100 on p5) and a GPU that has
+    fewer within `expected_level`: it lost bandwidth, and the finding names what it lost."""
+    wanted = int(ctx.rule("min_near_nics"))
+    if wanted <= 0 or not levels:
+        return None
+    limit = _expected_rank(ctx)
+    inventory = ctx.inventory
+    near = [name for name, level in levels.items() if RANK[level] <= limit]
+    working = [name for name in near if any(port.is_active for port in (inventory.hca(name) or Hca(name)).ports.values())]
+    if len(working) >= wanted:
+        evidence["near_nics"] = near
+        return None
+    down = [name for name in near if name not in working]
+    lost = [address for address in unbound_efa_functions(inventory)
+            if gpu.pci_address and (level := pcie_level(inventory, gpu.pci_address, address)) is not None
+            and RANK[level] <= limit]
+    evidence.update(near_nics=working, not_active=down, min_near_nics=wanted, levels=dict(levels), lost_functions=lost)
+    parts = [f"{', '.join(down)} not ACTIVE"] if down else []
+    if lost:
+        parts.append(f"{', '.join(lost)} on its PCIe switch without an RDMA device")
+    lost_text = "; lost: " + "; ".join(parts) if parts else "; the others are not on its PCIe switch or not on the PCI bus at all"
+    return ctx.graded(ctx.severity("too_few_nics_severity"), gpu.label,
+                      f"{gpu.label} has {len(working)} of {wanted} working compute NICs at {LEVELS[limit]} or closer "
+                      f"({', '.join(working) or 'none'}){lost_text}", evidence=evidence, rule="min_near_nics",
+                      remedy="a NIC next to this GPU is missing or unbound: `lspci -k` on its PCIe switch, `dmesg | "
+                             "grep -i efa`; on a cloud instance stop and start it to move to healthy hardware")
+
+
 @check(CHECK_ID, "each GPU has a compute NIC on its own PCIe switch / NUMA node; rails are not crossed or shared",
        needs=("gpus", "rdma"), order=80)
 def gpu_nic_affinity(ctx: CheckContext) -> Iterator[Finding]:
@@ -201,7 +248,13 @@ def gpu_nic_affinity(ctx: CheckContext) -> Iterator[Finding]:
         return
     expected_level = LEVELS[_expected_rank(ctx)]
     one_rail = bool(ctx.rule("one_rail_per_gpu"))
-    problem = _topology_problem(inventory)
+    gpus = sorted(inventory.gpus, key=lambda gpu: gpu.index)
+    tree_levels = _efa_tree_levels(inventory, gpus, hcas)
+    # nvidia-smi never shows EFA devices: the PCIe tree is where they are placed.
+    problem = _topology_problem(inventory) if tree_levels is None else None
+    if problem is not None and any(is_efa(hca) for hca in hcas.values()):
+        problem = ("nvidia-smi never shows EFA devices, and the PCIe tree puts no GPU and EFA device under one "
+                   "switch (a VM with a flat bus, or the tree not read)")
     if problem is not None:
         undecided: list[str] = []
         if RANK[expected_level] < RANK["NODE"]:
@@ -212,10 +265,11 @@ def gpu_nic_affinity(ctx: CheckContext) -> Iterator[Finding]:
             # NUMA ids (judged per GPU below) only show a crossed socket; the rest needs the matrix.
             yield ctx.unknown("node", f"PCIe distances unknown ({problem}): cannot tell {' or '.join(undecided)}",
                               evidence={"topology": problem, "expected_level": expected_level})
-    gpus = sorted(inventory.gpus, key=lambda gpu: gpu.index)
     levels_by_gpu: dict[str, dict[str, str]] = {}
     topology = inventory.topology
-    if problem is None and topology is not None:
+    if tree_levels is not None:
+        levels_by_gpu = tree_levels
+    elif problem is None and topology is not None:
         for gpu in gpus:
             levels = _nic_levels(topology, gpu, hcas) if gpu.label in topology.gpus else {}
             if levels:
@@ -225,7 +279,10 @@ def gpu_nic_affinity(ctx: CheckContext) -> Iterator[Finding]:
     for gpu in gpus:
         evidence: dict[str, Any] = {"numa_node": gpu.numa_node, "nic_numa_nodes": dict(nic_numa),
                                     "expected_level": expected_level}
-        if gpu.label in levels_by_gpu:
+        too_few = _too_few_near_nics(ctx, gpu, levels_by_gpu.get(gpu.label, {}), evidence)
+        if too_few is not None:
+            yield too_few
+        elif gpu.label in levels_by_gpu:
             yield _placement_finding(ctx, gpu, levels_by_gpu[gpu.label], rails, evidence)
         elif problem is not None:
             yield _numa_finding(ctx, gpu, hcas, problem, True, evidence)

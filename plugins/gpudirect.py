@@ -10,6 +10,11 @@ like a slow fabric. Two kernel paths give GPUDirect RDMA:
   >= 2.14 uses by itself without any module.
 
 `gdrdrv` (GDRCopy) is a different thing (CPU-mapped GPU memory) and does not count.
+
+AWS EFA has a path of its own and never uses nvidia_peermem: the efa driver reaches GPU
+memory through NVIDIA's P2P API (its `p2p` file names the provider, `NVIDIA`), or libfabric
+registers it by DMA-BUF; NCCL's aws-ofi-nccl plugin then needs libfabric's `efa` provider for
+every device and EFA's RDMA read, which `FI_EFA_USE_DEVICE_RDMA=0` turns off.
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, check
+from netdoctor.inventory.hardware import is_efa
+from netdoctor.inventory.model import Hca
+from netdoctor.util import natural_key
 
 CHECK_ID = "gpudirect"
 REMEDY = ("modprobe nvidia-peermem (after the NVIDIA driver and the RDMA stack are loaded); make it "
@@ -34,6 +42,10 @@ def gpudirect(ctx: CheckContext) -> Iterator[Finding]:
         return
     if not inventory.gpus:
         yield ctx.skip("node", "no GPUs: GPUDirect RDMA does not apply")
+        return
+    efa = [hca for hca in inventory.hcas if is_efa(hca)]
+    if efa:
+        yield from _judge_efa(ctx, efa)
         return
     peer = inventory.peer_memory
     dmabuf = {gpu.label: gpu.dmabuf_supported for gpu in sorted(inventory.gpus, key=lambda gpu: gpu.index)}
@@ -81,3 +93,68 @@ def gpudirect(ctx: CheckContext) -> Iterator[Finding]:
 
 def _gpu_order(label: str) -> int:
     return int(label.removeprefix("GPU"))
+
+
+EFA_P2P_REMEDY = ("install the efa driver from the EFA installer after the NVIDIA driver (it builds EFA's NVIDIA "
+                  "P2P support against it; `cat /sys/class/infiniband/DEV/device/p2p` then says NVIDIA), or use "
+                  "the NVIDIA open kernel modules so libfabric can register GPU memory by DMA-BUF")
+DEVICE_RDMA_OFF = ("0", "false", "no", "off")
+
+
+def _judge_efa(ctx: CheckContext, efa: list[Hca]) -> Iterator[Finding]:
+    """EFA's GPUDirect path: the kernel side per device, libfabric's efa provider, RDMA read."""
+    inventory = ctx.inventory
+    names = sorted((hca.name for hca in efa), key=natural_key)
+    providers = {hca.name: list(hca.p2p_providers) if hca.p2p_providers is not None else None for hca in efa}
+    dmabuf = [gpu.dmabuf_supported for gpu in inventory.gpus]
+    dmabuf_everywhere = bool(dmabuf) and all(dmabuf) and bool(ctx.rule("accept_dmabuf"))
+    evidence: dict[str, Any] = {"efa_p2p": providers, "dmabuf_supported": dmabuf_everywhere}
+    without = [name for name in names if providers[name] is not None
+               and not any(item.upper().startswith("NVIDIA") for item in providers[name] or [])]
+    unread = [name for name in names if providers[name] is None]
+    problems = 0
+    if without and not dmabuf_everywhere:
+        problems += 1
+        yield ctx.fail("node", f"EFA has no path into GPU memory on {_few(without)}: its driver names no NVIDIA "
+                       "P2P provider and DMA-BUF is not available on every GPU, so NCCL stages through host memory",
+                       evidence=evidence, remedy=EFA_P2P_REMEDY)
+    elif unread and not dmabuf_everywhere:
+        problems += 1
+        yield ctx.unknown("node", f"EFA's GPU memory path is unknown on {_few(unread)}: no `p2p` (or `gdr`) file "
+                          "(the kernel's own efa driver has none) and DMA-BUF is not confirmed on every GPU",
+                          evidence=evidence, remedy=EFA_P2P_REMEDY)
+    libfabric = inventory.libfabric_providers
+    if libfabric is None:
+        problems += 1
+        yield ctx.unknown("node", "whether libfabric can open the EFA devices is unknown: "
+                          + inventory.source("fi_info-p-efa").reason(), evidence=evidence)
+    else:
+        opened = {entry.domain.removesuffix("-rdm") for entry in libfabric
+                  if entry.provider == "efa" and (entry.ep_type or "FI_EP_RDM") == "FI_EP_RDM" and entry.domain}
+        evidence["libfabric_rdm_domains"] = sorted(opened, key=natural_key)
+        missing = [name for name in names if name not in opened]
+        if missing:
+            problems += 1
+            what = "no efa provider at all" if not opened else f"no efa RDM endpoint for {_few(missing)}"
+            yield ctx.fail("node", f"libfabric (`fi_info -p efa`) has {what}: NCCL's aws-ofi-nccl plugin cannot use "
+                           "those devices and falls back to fewer NICs or to sockets", evidence=evidence,
+                           remedy="reinstall the EFA software (libfabric-aws, rdma-core from the EFA installer) and "
+                                  "check `fi_info -p efa` lists every rdmap device; FI_PROVIDER must not exclude efa")
+    setting = inventory.nccl.get("FI_EFA_USE_DEVICE_RDMA") if inventory.nccl is not None else None
+    if setting is not None:
+        evidence["FI_EFA_USE_DEVICE_RDMA"] = setting.value
+        if setting.value.strip().lower() in DEVICE_RDMA_OFF and ctx.rule("efa_device_rdma"):
+            problems += 1
+            yield ctx.fail("node", f"FI_EFA_USE_DEVICE_RDMA={setting.value} ({setting.origin}) turns off EFA's RDMA "
+                           "read on a platform built for it: aws-ofi-nccl disables GPUDirect and NCCL copies "
+                           "through host memory", evidence=evidence, rule="efa_device_rdma",
+                           remedy="unset FI_EFA_USE_DEVICE_RDMA or set it to 1 (libfabric >= 1.18 uses RDMA read "
+                                  "wherever the device has it)")
+    if problems == 0:
+        path = "DMA-BUF" if without or unread else "its driver's NVIDIA P2P provider"
+        yield ctx.passed("node", f"EFA GPUDirect RDMA: {len(efa)} devices reach GPU memory through {path}, and "
+                         "libfabric's efa provider opens each of them", evidence=evidence)
+
+
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:6]) + (f" (+{len(names) - 6} more)" if len(names) > 6 else "")

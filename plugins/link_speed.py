@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.checks.api import majority
+from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import Hca, LinkLayer, LinkRate, Port
 from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
 from netdoctor.packs import PortClass
@@ -132,6 +133,8 @@ def _judge(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None
         evidence["could_be"] = port.could_be.describe()
 
     runs = f"port runs at {rate.describe()}"
+    if slower and is_efa(hca):
+        return _judge_efa_slower(ctx, port, rate, expected, evidence)
     if slower or hint:
         wanted = []
         if expected is not None and slower:
@@ -153,6 +156,30 @@ def _judge(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None
         return ctx.passed(port.name, f"{rate.describe()}; no reference rate (no port-class rate and fewer than "
                                      "two active ports of this HCA type)", evidence=evidence)
     return ctx.passed(port.name, f"{rate.describe()} as expected ({expected.basis})", evidence=evidence)
+
+
+# amzn-drivers before r2.13.0 (and devices without the attribute) report every EFA device at
+# EFA_DEFAULT_LINK_SPEED_GBPS as 4X EDR; later drivers report the device's own link speed.
+EFA_DEFAULT_RATE = LinkRate(100.0, 4, "EDR")
+
+
+def _judge_efa_slower(ctx: CheckContext, port: Port, rate: LinkRate, expected: Expectation | None,
+                      evidence: dict[str, object]) -> Finding:
+    """An EFA device reports its link speed from a device attribute, not a cable: below the
+    expectation it is another device generation, or a driver that reports the default."""
+    assert expected is not None
+    wanted = f"expected {_describe(expected.gbps, expected.width, port.link_layer)} ({expected.basis})"
+    if (rate.gbps, rate.width, rate.speed) == (EFA_DEFAULT_RATE.gbps, EFA_DEFAULT_RATE.width, EFA_DEFAULT_RATE.speed):
+        return ctx.graded(ctx.rule("efa_default_rate_severity"), port.name,
+                          f"EFA reports {rate.describe()}, the efa driver's default when it does not read the "
+                          f"device's link speed (drivers before r2.13.0), {wanted}",
+                          evidence={**evidence, "efa_default_rate": True}, rule="efa_default_rate",
+                          remedy="update the efa driver (the EFA installer) so it reports the device's speed; if "
+                                 "it still reads 100 Gb/s, the instance is not the type the rule pack describes")
+    return ctx.graded(ctx.rule("degraded_severity"), port.name, f"EFA device reports {rate.describe()}, {wanted}",
+                      evidence=evidence, rule="degraded",
+                      remedy="EFA's rate is the device's own, not a cable's: a slower device is another EFA "
+                             "generation than the rule pack's instance type (check the instance type and the pack)")
 
 
 @check("link-speed", "each active RDMA port's rate and width against the pack, its peers and iblinkinfo",

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.checks.api import majority
+from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import Hca, LinkLayer, Netdev, Port
 from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
 from netdoctor.packs import PortClass
@@ -98,6 +99,11 @@ def _judge_all(ctx: CheckContext) -> list[Judged]:
             continue
         if port_class is not None and port_class.role == "unused":
             judged.append(Judged(ctx.skip(port.name, f"port class '{port_class.name}' is unused")))
+            continue
+        if is_efa(hca):
+            judged.append(Judged(ctx.skip(port.name, "EFA: no IB or RoCE MTU to set (the device's MTU is its own; "
+                                                     "SRD segments for it)",
+                                          evidence={"active_mtu": port.active_mtu})))
             continue
         if port.link_layer is LinkLayer.INFINIBAND:
             if port.state is None:

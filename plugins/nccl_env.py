@@ -16,7 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from netdoctor.checks import CheckContext, Finding, check
+from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import GID_SLOTS_READ, Hca, LinkLayer, Port
+from netdoctor.inventory.queries import gpu_fabric_netdevs
+from netdoctor.util import natural_key
 from netdoctor.parsers.nccl_env import DeviceFilter, NcclSettings, Setting, parse_device_filter
 
 CHECK_ID = "nccl-env"
@@ -42,7 +45,7 @@ def nccl_env(ctx: CheckContext) -> Iterator[Finding]:
     nccl = inventory.nccl
     assert nccl is not None      # the needs gate (need_nccl_env) ran first
     findings = [*_ignored_lines(ctx, nccl), *_disabled_transports(ctx, nccl), *_ib_hca(ctx, nccl),
-                *_socket_ifname(ctx, nccl), *_gid_index(ctx, nccl)]
+                *_socket_ifname(ctx, nccl), *_gid_index(ctx, nccl), *cloud_fabric_settings(ctx, nccl)]
     yield from findings
     if not findings:
         evidence = {"settings": {name: {"value": setting.value, "origin": setting.origin}
@@ -62,9 +65,11 @@ def _ignored_lines(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
                          remedy="write NAME=value with no spaces around '='", rule="ignored_line_severity")
 
 
-def _compute_ports(ctx: CheckContext) -> list[tuple[Hca, Port]]:
+def _compute_ports(ctx: CheckContext, efa: bool | None = None) -> list[tuple[Hca, Port]]:
+    """Compute RDMA ports; `efa` False: only those NCCL's own IB transport drives (not EFA, which
+    NCCL reaches through the aws-ofi-nccl plugin), True: only EFA's."""
     return [(hca, port) for hca, port, port_class in ctx.pack.classified_ports(ctx.inventory)
-            if port_class is None or port_class.role == "compute"]
+            if (port_class is None or port_class.role == "compute") and (efa is None or is_efa(hca) == efa)]
 
 
 def _flag(nccl: NcclSettings, name: str) -> Setting | None:
@@ -82,20 +87,26 @@ def _flag(nccl: NcclSettings, name: str) -> Setting | None:
 def _disabled_transports(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
     inventory = ctx.inventory
     active_rdma = [port.name for _, port in _compute_ports(ctx) if port.is_active]
+    active_ib_transport = [port.name for _, port in _compute_ports(ctx, efa=False) if port.is_active]
     gpus = len(inventory.gpus)
     nvlink = any(gpu.nvlinks or gpu.nvlink_total for gpu in inventory.gpus)
-    if active_rdma and (setting := _flag(nccl, "NCCL_IB_DISABLE")):
+    if active_ib_transport and (setting := _flag(nccl, "NCCL_IB_DISABLE")):
         yield ctx.graded(ctx.severity("ib_disable_severity"), setting.name,
                          f"{_origin(setting)} turns off NCCL's InfiniBand/RoCE transport on a node with "
-                         f"{len(active_rdma)} active compute RDMA port(s): inter-node traffic goes over TCP sockets",
-                         evidence={"active_compute_ports": active_rdma}, rule="ib_disable_severity",
+                         f"{len(active_ib_transport)} active compute RDMA port(s): inter-node traffic goes over TCP sockets",
+                         evidence={"active_compute_ports": active_ib_transport}, rule="ib_disable_severity",
                          remedy=_remedy(setting, "remove NCCL_IB_DISABLE"))
     net = nccl.get("NCCL_NET")
-    if active_rdma and net is not None and net.value.strip().lower() == "socket":
+    fabric_netdevs = sorted(gpu_fabric_netdevs(inventory) or {}, key=natural_key)
+    fabric = active_rdma or fabric_netdevs
+    if fabric and net is not None and net.value.strip().lower() == "socket":
+        what = (f"{len(active_rdma)} active compute RDMA port(s)" if active_rdma
+                else f"{len(fabric_netdevs)} GPUDirect-TCPX NICs ({', '.join(fabric_netdevs)})")
+        plugin = "set it to IB" if active_ib_transport else "set it to the network plugin's name"
         yield ctx.graded(ctx.severity("net_socket_severity"), net.name,
-                         f"{_origin(net)} forces NCCL onto TCP sockets on a node with {len(active_rdma)} active "
-                         "compute RDMA port(s)", evidence={"active_compute_ports": active_rdma},
-                         rule="net_socket_severity", remedy=_remedy(net, "remove NCCL_NET (or set it to IB)"))
+                         f"{_origin(net)} forces NCCL onto TCP sockets on a node with {what}",
+                         evidence={"active_compute_ports": active_rdma, "fabric_netdevs": fabric_netdevs},
+                         rule="net_socket_severity", remedy=_remedy(net, f"remove NCCL_NET (or {plugin})"))
     level = nccl.get("NCCL_NET_GDR_LEVEL")
     if active_rdma and gpus and level is not None and level.value.strip().upper() in ("LOC", "0"):
         yield ctx.graded(ctx.severity("gdr_disabled_severity"), level.name,
@@ -122,8 +133,8 @@ def _disabled_transports(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Find
 def _ib_hca(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
     setting = nccl.get("NCCL_IB_HCA")
     inventory = ctx.inventory
-    if setting is None or not inventory.hcas:
-        return
+    if setting is None or all(is_efa(hca) for hca in inventory.hcas):
+        return      # no HCA, or only EFA: aws-ofi-nccl does not read NCCL_IB_HCA
     selection = parse_device_filter(setting.value)
     names = sorted((hca.name for hca in inventory.hcas), key=lambda name: (len(name), name))
     verb = "excludes" if selection.exclude else "selects"
@@ -251,3 +262,62 @@ def _judge_gid(ctx: CheckContext, setting: Setting, index: int, port: Port) -> I
                          f"{_origin(setting)}: GID {index} of {port.name}{netdev} is {gid.kind}, not RoCE v2: "
                          "the traffic is not routable across an L3 fabric and misses DSCP-based PFC/ECN",
                          rule="gid_v1_severity", remedy="set NCCL_IB_GID_INDEX to a RoCE v2 entry (show_gids lists them)")
+
+
+# NCCL's network plugins on cloud fabrics and the settings that name their interfaces:
+# GPUDirect-TCPX (a3-high) and TCPXO/FasTrak (a3-mega) each take a data-NIC list and a control NIC.
+TCPX_INTERFACE_LISTS = ("NCCL_GPUDIRECTTCPX_SOCKET_IFNAME", "NCCL_FASTRAK_IFNAME")
+TCPX_CONTROL_DEVICES = ("NCCL_GPUDIRECTTCPX_CTRL_DEV", "NCCL_FASTRAK_CTRL_DEV")
+
+
+def cloud_fabric_settings(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
+    """AWS EFA: FI_PROVIDER and NCCL_NET must leave libfabric's efa provider to aws-ofi-nccl. GCP
+    TCPX/TCPXO: the plugin's interface lists must name the GPU NICs, up."""
+    inventory = ctx.inventory
+    if any(port.is_active for _, port in _compute_ports(ctx, efa=True)):
+        provider = nccl.get("FI_PROVIDER")
+        if provider is not None and not _selects_efa(provider.value):
+            yield ctx.graded(ctx.severity("fi_provider_severity"), provider.name,
+                             f"{_origin(provider)} keeps libfabric off EFA: aws-ofi-nccl runs over that provider "
+                             "(TCP at best) instead of the EFA devices", rule="fi_provider_severity",
+                             remedy=_remedy(provider, "set FI_PROVIDER=efa or remove it"))
+        net = nccl.get("NCCL_NET")
+        if net is not None and net.value.strip().lower() == "ib":
+            yield ctx.graded(ctx.severity("net_socket_severity"), net.name,
+                             f"{_origin(net)} asks for NCCL's InfiniBand transport, which cannot open EFA devices: "
+                             "NCCL fails to start or runs on sockets", rule="net_socket_severity",
+                             remedy=_remedy(net, "remove NCCL_NET (aws-ofi-nccl registers itself as Libfabric)"))
+    fabric = gpu_fabric_netdevs(inventory)
+    if not fabric:
+        return
+    netdevs = {netdev.name: netdev for netdev in inventory.netdevs}
+    for name in (*TCPX_INTERFACE_LISTS, *TCPX_CONTROL_DEVICES):
+        setting = nccl.get(name)
+        if setting is None:
+            continue
+        listed = [item.strip() for item in setting.value.split(",") if item.strip()]
+        bad = [item for item in listed if item not in netdevs or netdevs[item].operstate != "up"]
+        if bad:
+            states = ", ".join(f"{item} ({netdevs[item].operstate or 'state unknown'})" if item in netdevs
+                               else f"{item} (no such interface)" for item in bad)
+            yield ctx.graded(ctx.severity("socket_ifname_severity"), setting.name,
+                             f"{_origin(setting)} names interfaces NCCL's TCPX plugin cannot use: {states}",
+                             evidence={"listed": listed, "gpu_nics": fabric},
+                             rule="socket_ifname_severity",
+                             remedy=_remedy(setting, "name the GPU NICs that are up (`ip -br link`; find them by "
+                                                     "PCI address, names differ between images)"))
+        elif name in TCPX_INTERFACE_LISTS and (left := sorted(set(fabric) - set(listed), key=natural_key)):
+            yield ctx.graded(ctx.severity("unselected_compute_severity"), setting.name,
+                             f"{_origin(setting)} leaves out GPU NICs {', '.join(left)}: their GPUs' traffic "
+                             "crosses to another NIC", evidence={"listed": listed, "gpu_nics": fabric},
+                             rule="unselected_compute_severity",
+                             remedy=_remedy(setting, f"add {', '.join(left)}"))
+
+
+def _selects_efa(value: str) -> bool:
+    """libfabric's FI_PROVIDER filter (ofi_create_filter): a list of providers to use, or, with a
+    leading `^`, of providers to leave out; `efa` may carry a utility provider (`efa;ofi_rxm`)."""
+    text = value.strip().lower()
+    negated = text.startswith("^")
+    names = {item.strip().split(";")[0] for item in text.removeprefix("^").split(",") if item.strip()}
+    return ("efa" in names) != negated

@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.checks.api import majority
 from netdoctor.inventory.model import Hca, Inventory, LinkLayer, PhysState, Port, PortState
-from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
+from netdoctor.inventory.hardware import is_efa
+from netdoctor.inventory.queries import unavailable_reason, unbound_efa_functions, virtual_function_note
 from netdoctor.packs import PortClass, RulePack, role_of
 
 STATE_SOURCES = ("sysfs", "ibstat", "ibv_devinfo-v")
@@ -77,8 +78,8 @@ def _down_by_design(ctx: CheckContext, hca: Hca, port: Port, port_class: PortCla
                     evidence: dict[str, object]) -> str | None:
     """Why a port that is not ACTIVE is down by design (the skip sentence), or None: judge it."""
     must_be_up = bool(ctx.rule("compute_ports_must_be_up"))
-    if must_be_up and role_of(port_class) == "compute":
-        return None      # a rail of a platform whose rails are all cabled: down is a fault
+    if (must_be_up and role_of(port_class) == "compute") or is_efa(hca):
+        return None      # a rail of a platform whose rails are all cabled, or EFA (no cable): down is a fault
     if port.phys_state is PhysState.DISABLED:
         return f"{_state_text(port)}: administratively disabled (phys state Disabled)"
     if not _never_linked(port):
@@ -110,11 +111,22 @@ _PHYS_STATE_CAUSES = {
 }
 
 
-def _not_active_problem(port: Port) -> tuple[str, str]:
+EFA_REMEDY = ("check `dmesg | grep -i efa` and `fi_info -p efa`; reload the driver (`modprobe -r efa && modprobe "
+              "efa`) or stop and start the instance (a reboot keeps the same host); if it stays, report the "
+              "instance to AWS")
+EFA_ACTIVE_NOTE = "EFA reports ACTIVE whenever its driver runs: its health shows in error-counters and traffic"
+
+
+def _not_active_problem(hca: Hca, port: Port) -> tuple[str, str]:
     """Summary and remedy for a port that is not ACTIVE, named by its states."""
     ethernet = port.link_layer is LinkLayer.ETHERNET
     states = _state_text(port)
     device = port.hca
+    if is_efa(hca):
+        # amzn-drivers efa_query_port sets IB_PORT_ACTIVE unconditionally: anything else is a
+        # device the driver no longer runs normally.
+        return (f"{states}: the EFA device is not ACTIVE, which its driver reports for every working device",
+                EFA_REMEDY)
     if port.state is PortState.INIT and port.phys_state is PhysState.LINK_UP:
         return (f"{states}: the link is up but no subnet manager configured the port", sm_remedy(port))
     if port.state is PortState.ARMED:
@@ -165,15 +177,16 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass |
         if by_design is not None:
             yield ctx.skip(port.name, by_design, evidence=evidence)
             return
-        summary, remedy = _not_active_problem(port)
+        summary, remedy = _not_active_problem(hca, port)
         yield ctx.graded(ctx.rule("not_active_severity"), port.name, summary, evidence=evidence,
                          remedy=remedy, rule="not_active")
         return
 
     rate = f", {port.rate.describe()}" if port.rate is not None else ""
     if port.link_layer is not LinkLayer.INFINIBAND:
-        # Ethernet (RoCE) ports have no LID and no subnet manager.
-        yield ctx.passed(port.name, f"{_state_text(port)}{rate}", evidence=evidence)
+        # Ethernet (RoCE) and EFA ports have no LID and no subnet manager.
+        note = f" ({EFA_ACTIVE_NOTE})" if is_efa(hca) else ""
+        yield ctx.passed(port.name, f"{_state_text(port)}{rate}{note}", evidence=evidence)
         return
     evidence.update(lid=port.lid, sm_lid=port.sm_lid)
     if port.lid is None or port.sm_lid is None:
@@ -246,6 +259,16 @@ def _judge_pkeys(ctx: CheckContext, ports: list[Port]) -> Iterator[Finding]:
                                 "PKey groups) for this port's GUID")
 
 
+def _judge_unbound_efa(ctx: CheckContext) -> Iterator[Finding]:
+    """EFA functions on the PCI bus that have no RDMA device: a rail the node lost."""
+    for address, model in unbound_efa_functions(ctx.inventory).items():
+        yield ctx.graded(ctx.rule("not_active_severity"), address,
+                         f"EFA device {address} ({model}) is on the PCI bus but has no RDMA device: the efa driver "
+                         "is not bound to it or the device failed to initialise",
+                         evidence={"pci_address": address, "efa": model}, rule="not_active",
+                         remedy=f"`lspci -k -s {address}` shows the driver in use; " + EFA_REMEDY)
+
+
 @check("port-state", "each RDMA port is ACTIVE/LinkUp, has a LID and a reachable SM, one P_Key table",
        needs=("rdma",), order=10)
 def port_state(ctx: CheckContext) -> Iterator[Finding]:
@@ -257,5 +280,6 @@ def port_state(ctx: CheckContext) -> Iterator[Finding]:
                 and all(finding.status is Status.PASS for finding in findings)):
             healthy_ib.append((port, port_class))
     yield from _judge_subnet_managers(ctx, healthy_ib)
+    yield from _judge_unbound_efa(ctx)
     compute = [port for port, port_class in healthy_ib if role_of(port_class) == "compute"]
     yield from _judge_pkeys(ctx, compute)

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from statistics import median
 
 from netdoctor.checks import CheckContext, Finding, Status, check
+from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import ModuleDiagnostics, ModuleReading
 from netdoctor.inventory.queries import virtual_function_note
 from netdoctor.report.model import STATUS_SEVERITY
@@ -41,6 +42,9 @@ def transceiver(ctx: CheckContext) -> Iterator[Finding]:
     unread: list[tuple[str, str]] = []
     for hca, port, port_class in ctx.pack.classified_ports(inventory):
         if virtual_function_note(inventory, hca) is not None:
+            continue
+        if is_efa(hca):
+            yield ctx.skip(port.name, "EFA: no port module at the instance (the cable is AWS's)")
             continue
         if port_class is not None and port_class.role != "compute":
             yield ctx.skip(port.name, f"{port.name}: port class '{port_class.name}' (role {port_class.role}) is not a "

@@ -51,6 +51,9 @@ elif tool == "nv-fabricmanager":
     name = "nv-fabricmanager-version"
 elif tool == "lldpctl":
     name = "lldpctl-json"
+elif tool == "fi_info":
+    # fi_info -p efa | fi_info --version
+    name = "fi_info-version" if "--version" in args else "fi_info-p-" + (args[args.index("-p") + 1] if "-p" in args else "")
 else:
     name = tool
 base = os.path.join({commands!r}, name)
@@ -90,6 +93,7 @@ TOOLS = {
     "ofed_info": ("ofed_info-s",),
     "nv-fabricmanager": ("nv-fabricmanager-version",),
     "lldpctl": ("lldpctl-json",),
+    "fi_info": ("fi_info-",),
 }
 
 

@@ -38,6 +38,8 @@ from netdoctor.inventory.model import (
     Topology,
 )
 from netdoctor.packs import RulePack, load_rules
+from netdoctor.parsers.fi_info import FiProvider
+from netdoctor.parsers.nccl_env import nccl_settings
 from netdoctor.report.model import Finding, Status
 
 CAPTURED_AT = "2026-11-21T22:40:00Z"
@@ -228,6 +230,38 @@ def roce_node(*, mtu: int = 9000) -> Inventory:
                      netdevs=netdevs, sources=sources("sysfs", "nvml", "ibstat", "ibv_devinfo-v", "ibdev2netdev"))
 
 
+# AWS EFA port statistics (amzn-drivers efa_verbs.c EFA_DEFINE_PORT_STATS) and the device's.
+EFA_PORT_COUNTERS = ("tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "rx_drops", "send_bytes", "send_wrs", "recv_bytes",
+                     "recv_wrs", "rdma_read_wrs", "rdma_read_bytes", "rdma_read_wr_err", "rdma_read_resp_bytes",
+                     "rdma_write_wrs", "rdma_write_bytes", "rdma_write_wr_err", "rdma_write_recv_bytes",
+                     "retrans_bytes", "retrans_pkts", "retrans_timeout_events", "unresponsive_remote_events",
+                     "impaired_remote_conn_events", "submitted_cmds", "completed_cmds", "cmds_err",
+                     "no_completion_cmds", "keep_alive_rcvd")
+
+
+def efa_hca(gpu_index: int, slot: int, *, rate_gbps: float = 100) -> Hca:
+    """One EFA device of a p5.48xlarge: four per GPU (GPU0's at 4f..52:00.0, rdmap79s0..82s0)."""
+    bus = (0x4f, 0x60, 0x71, 0x82, 0x93, 0xa4, 0xb5, 0xc6)[gpu_index] + slot
+    name = f"rdmap{bus}s0"
+    width, speed = (4, "HDR") if rate_gbps == 200 else (4, "EDR")
+    port = Port(name, 1, PortState.ACTIVE, PhysState.LINK_UP, LinkRate(rate_gbps, width, speed), LinkLayer.UNSPECIFIED,
+                lid=0, sm_lid=0, active_mtu=4096, max_mtu=4096, pkeys=("0xffff",),
+                hw_counters={counter: 0 for counter in EFA_PORT_COUNTERS}, sources=("sysfs",))
+    return Hca(name, ca_type="efa1", model="EFA (gen 2)", firmware="0.0.0.0", pci_address=f"0000:{bus:02x}:00.0",
+               numa_node=0 if gpu_index < 4 else 1, driver="efa", pci_vendor="0x1d0f", pci_device="0xefa1",
+               p2p_providers=("NVIDIA",), ports={1: port}, sources=("sysfs",))
+
+
+def efa_node(**environ: str) -> Inventory:
+    """A p5.48xlarge: 8 H100s and 32 EFA devices; NCCL settings from `environ`."""
+    hcas = [efa_hca(gpu_index, slot) for gpu_index in range(8) for slot in range(4)]
+    return Inventory(host="p5-01", captured_at=CAPTURED_AT, boot_id=BOOT_ID, gpus=h100_gpus(), hcas=hcas,
+                     libfabric_providers=tuple(FiProvider("efa", "efa", f"{hca.name}-rdm", "122.0", "FI_EP_RDM",
+                                                          "FI_PROTO_EFA") for hca in hcas),
+                     nccl=nccl_settings(environ, {}),
+                     sources=sources("sysfs", "nvml", "ibstat", "ibv_devinfo-v", "fi_info-p-efa", "nccl-env"))
+
+
 def port_of(inventory: Inventory, name: str) -> Port:
     port = inventory.port(name)
     assert port is not None, f"no port {name} in the test inventory"
@@ -301,3 +335,17 @@ def only(findings: list[Finding], subject: str, status: Status | None = None) ->
             if finding.subject == subject and (status is None or finding.status is status)]
     assert len(hits) == 1, f"expected one finding for {subject} ({status}), got {hits}"
     return hits[0]
+
+
+def efa_instance(*, gpu_name: str = "NVIDIA H100 80GB HBM3", gpus_with_efa: Iterable[int] = range(8),
+                 per_gpu: int = 4, rate_gbps: float = 100) -> Inventory:
+    """An EFA node shaped by instance type: efa_node() with its GPUs named `gpu_name` and `per_gpu`
+    EFA devices at `rate_gbps` beside each GPU of `gpus_with_efa` (p5en: H200, 2 per GPU at 200;
+    p4d: A100, one beside every other GPU), libfabric opening each of them."""
+    inventory = efa_node()
+    for item in inventory.gpus:
+        item.name = gpu_name
+    inventory.hcas = [efa_hca(index, slot, rate_gbps=rate_gbps) for index in gpus_with_efa for slot in range(per_gpu)]
+    inventory.libfabric_providers = tuple(FiProvider("efa", "efa", f"{hca.name}-rdm", "122.0", "FI_EP_RDM",
+                                                     "FI_PROTO_EFA") for hca in inventory.hcas)
+    return inventory

@@ -22,6 +22,7 @@ import uuid
 from datetime import datetime
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -67,22 +68,40 @@ def ok_output(root: Path, name: str) -> str | None:
     return out if status == "0" else None
 
 
-def sysfs_ports(root: Path) -> dict[str, dict[str, str]]:
-    """hca -> port-1 attributes plus numa/pci/netdev, straight from the sys tree."""
-    ports: dict[str, dict[str, str]] = {}
+MELLANOX, AMAZON = "0x15b3", "0x1d0f"
+
+
+def sysfs_ports(root: Path) -> dict[str, dict[str, Any]]:
+    """hca -> port-1 attributes plus numa/pci/vendor/netdev, straight from the sys tree.
+
+    A ConnectX function carries exactly one netdev (IPoIB or the RoCE Ethernet port); an EFA
+    function (Amazon's vendor id) carries none: its `netdev` is None."""
+    ports: dict[str, dict[str, Any]] = {}
     base = root / "sys/class/infiniband"
     for hca in sorted(os.listdir(base)) if base.is_dir() else []:
-        port = {name: sysval(root, f"class/infiniband/{hca}/ports/1/{name}")
-                for name in ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid")}
+        port: dict[str, Any] = {
+            name: sysval(root, f"class/infiniband/{hca}/ports/1/{name}")
+            for name in ("state", "phys_state", "rate", "link_layer", "lid", "sm_lid", "lid_mask_count", "cap_mask")}
         pci = os.readlink(base / hca / "device").rsplit("/", 1)[-1]
         port["pci"] = pci
         port["numa"] = sysval(root, f"bus/pci/devices/{pci}/numa_node")
+        port["vendor"] = sysval(root, f"bus/pci/devices/{pci}/vendor")
         port["node_guid"] = sysval(root, f"class/infiniband/{hca}/node_guid")
-        netdevs = os.listdir(root / f"sys/bus/pci/devices/{pci}/net")
-        assert len(netdevs) == 1, (hca, netdevs)
-        port["netdev"] = netdevs[0]
+        port["fw_ver"] = sysval(root, f"class/infiniband/{hca}/fw_ver")
+        net = root / f"sys/bus/pci/devices/{pci}/net"
+        if port["vendor"] == AMAZON:
+            assert not net.exists(), (hca, "an EFA device has no netdev")
+            port["netdev"] = None
+        else:
+            netdevs = os.listdir(net)
+            assert len(netdevs) == 1, (hca, netdevs)
+            port["netdev"] = netdevs[0]
         ports[hca] = port
     return ports
+
+
+def is_efa(port: dict[str, Any]) -> bool:
+    return port["vendor"] == AMAZON
 
 
 def parse_ibstat(text: str) -> dict[str, dict[str, str]]:
@@ -137,6 +156,19 @@ def parse_topo(text: str) -> tuple[list[str], dict[str, list[str]], dict[str, st
     return header, rows, legend
 
 
+# amzn-drivers efa_verbs.c: EFA_DEFINE_PORT_STATS (with the 2.17 network counters) and the admin-queue
+# statistics of EFA_DEFINE_DEVICE_STATS.
+EFA_PORT_STATS = {
+    "tx_bytes", "tx_pkts", "rx_bytes", "rx_pkts", "rx_drops", "send_bytes", "send_wrs", "recv_bytes", "recv_wrs",
+    "rdma_read_wrs", "rdma_read_bytes", "rdma_read_wr_err", "rdma_read_resp_bytes", "rdma_write_wrs",
+    "rdma_write_bytes", "rdma_write_wr_err", "rdma_write_recv_bytes", "retrans_bytes", "retrans_pkts",
+    "retrans_timeout_events", "unresponsive_remote_events", "impaired_remote_conn_events",
+}
+EFA_DEVICE_STATS = {
+    "submitted_cmds", "completed_cmds", "cmds_err", "no_completion_cmds", "keep_alive_rcvd", "alloc_pd_err",
+    "create_qp_err", "create_cq_err", "reg_mr_err", "alloc_ucontext_err", "create_ah_err", "mmap_err",
+}
+
 PERFQUERY_NAMES = {
     "symbol_error": "SymbolErrorCounter", "link_downed": "LinkDownedCounter",
     "link_error_recovery": "LinkErrorRecoveryCounter", "port_rcv_errors": "PortRcvErrors",
@@ -150,13 +182,13 @@ PERFQUERY_NAMES = {
 def test_index_lists_exactly_the_fixture_directories() -> None:
     directories = sorted(path.name for path in NODES.iterdir() if path.is_dir())
     assert directories == NAMES
-    assert len(NAMES) == 40
+    assert len(NAMES) == 47
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_index_entry_is_well_formed(name: str) -> None:
     entry = INDEX[name]
-    assert entry["class"] in {"dgx-h100", "hgx-a100", "roce-h100", "pcie-only", "cpu-node"}
+    assert entry["class"] in {"dgx-h100", "hgx-a100", "roce-h100", "pcie-only", "cpu-node", "aws-p5", "gcp-a3-high"}
     assert (entry["fault"] == "none") == (name == entry["class"])
     assert entry["rules"] == {"roce-h100": "roce", "cpu-node": "default"}.get(entry["class"], entry["class"])
     for key in ("expect", "expect_with_baseline"):
@@ -185,7 +217,8 @@ def test_snapshot_json(name: str) -> None:
 
 def test_counter_pairs_share_boot_and_are_600_seconds_apart() -> None:
     pairs = [(name, INDEX[name]["baseline"]) for name in NAMES if "baseline" in INDEX[name]]
-    assert sorted(pairs) == [("dgx-h100-link-downed-b", "dgx-h100-link-downed-a"),
+    assert sorted(pairs) == [("aws-p5-efa-retrans-b", "aws-p5-efa-retrans-a"),
+                             ("dgx-h100-link-downed-b", "dgx-h100-link-downed-a"),
                              ("dgx-h100-nvlink-replay-b", "dgx-h100-nvlink-replay-a"),
                              ("dgx-h100-symbol-errors-b", "dgx-h100-symbol-errors-a")]
     for later, earlier in pairs:
@@ -195,12 +228,25 @@ def test_counter_pairs_share_boot_and_are_600_seconds_apart() -> None:
         elapsed = (datetime.fromisoformat(meta_later["captured_at"]) -
                    datetime.fromisoformat(meta_earlier["captured_at"])).total_seconds()
         assert elapsed == 600
+        # Same boot, same driver load: no counter (IB PMA, mlx5 or EFA hw_counters) ever goes back.
+        earlier_counters, later_counters = rdma_counters(NODES / earlier), rdma_counters(NODES / later)
+        assert set(later_counters) == set(earlier_counters)
+        for path, value in later_counters.items():
+            assert value >= earlier_counters[path], path
+
+
+def rdma_counters(root: Path) -> dict[str, int]:
+    """Every RDMA counter file (ports/1/counters, ports/1/hw_counters, device hw_counters) by path.
+    `lifespan` is hw_counters' refresh interval, not a counter."""
+    base = root / "sys/class/infiniband"
+    return {path.relative_to(base).as_posix(): int(path.read_text(encoding="utf-8"))
+            for path in sorted(base.glob("*/**/*counters/*")) if path.name != "lifespan"} if base.is_dir() else {}
 
 
 COMMAND_NAME = re.compile(r"nvidia-smi-topo-m|ibstat|ibv_devinfo-v|iblinkinfo|ibdev2netdev|"
                           r"perfquery-x-[\w]+-\d+|mlnx_qos-[\w.-]+|systemctl-show-nvidia-(?:fabricmanager|imex)|dmesg|nvidia-smi-nvlink-s|"
                           r"lspci-vvv|mlxlink-m-\w+|ethtool-m-[\w.-]+|smpquery-node(?:info|desc)-\w+-\d+|"
-                          r"lldpctl-json|ofed_info-s|nv-fabricmanager-version")
+                          r"lldpctl-json|ofed_info-s|nv-fabricmanager-version|fi_info-p-efa|fi_info-version")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -224,21 +270,28 @@ PCI = r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]"
 IF = r"[a-z][\w.-]{0,14}"
 # A PCI function at its bus entry (NVSwitches) or at its place under its bridges (CONTRACT 6.2).
 FUNCTION = rf"(?:bus/pci/devices/{PCI}|devices/pci[0-9a-f]{{4}}:[0-9a-f]{{2}}(?:/{PCI})+)"
+# RDMA device names: mlx5 (ConnectX, IB or RoCE) and rdma-core's `rdmap<bus>s<slot>` for EFA.
+MLX = r"mlx5_\d+"
+EFA = r"rdmap\d+s\d+"
 SYS_RULES: list[tuple[str, str]] = [
-    (r"class/infiniband/\w+/hca_type", r"MT\d{4,5}"),
-    (r"class/infiniband/\w+/fw_ver", r"\d+\.\d+\.\d+"),
-    (r"class/infiniband/\w+/board_id", r"MT_\d{10}"),
+    (rf"class/infiniband/{MLX}/hca_type", r"MT\d{4,5}"),
+    (rf"class/infiniband/{MLX}/fw_ver", r"\d+\.\d+\.\d+"),
+    (rf"class/infiniband/{EFA}/fw_ver", r""),             # EFA has no firmware string: the file is empty
+    (rf"class/infiniband/{MLX}/board_id", r"MT_\d{10}"),
     (r"class/infiniband/\w+/(node_guid|sys_image_guid)", r"[0-9a-f]{4}(:[0-9a-f]{4}){3}"),
-    (r"class/infiniband/\w+/hw_rev", r"0x[0-9a-f]+"),
-    (r"class/infiniband/\w+/node_desc", r"\S+ mlx5_\d+"),
+    (rf"class/infiniband/{MLX}/hw_rev", r"0x[0-9a-f]+"),
+    (rf"class/infiniband/{MLX}/node_desc", r"\S+ mlx5_\d+"),
     (r"class/infiniband/\w+/ports/1/state", r"1: DOWN|2: INIT|3: ARMED|4: ACTIVE"),
     (r"class/infiniband/\w+/ports/1/phys_state", r"2: Polling|3: Disabled|5: LinkUp"),
     (r"class/infiniband/\w+/ports/1/rate", r"\d+ Gb/sec \([1-9]\d?X (SDR|DDR|QDR|FDR10|FDR|EDR|HDR|NDR|XDR)\)"),
-    (r"class/infiniband/\w+/ports/1/link_layer", r"InfiniBand|Ethernet"),
+    (rf"class/infiniband/{MLX}/ports/1/link_layer", r"InfiniBand|Ethernet"),
+    (rf"class/infiniband/{EFA}/ports/1/link_layer", r"Unknown"),      # ib_core's name for RDMA_TRANSPORT_UNSPECIFIED
     (r"class/infiniband/\w+/ports/1/(lid|sm_lid)", r"0x[0-9a-f]{1,4}"),
-    (r"class/infiniband/\w+/ports/1/lid_mask_count", r"[0-7]"),
+    (rf"class/infiniband/{MLX}/ports/1/lid_mask_count", r"[0-7]"),
+    (rf"class/infiniband/{EFA}/ports/1/lid_mask_count", r"1"),         # efa_query_port: lmc = 1
     (r"class/infiniband/\w+/ports/1/cap_mask", r"0x[0-9a-f]{8}"),
     (r"class/infiniband/\w+/ports/1/(counters|hw_counters)/\w+", r"\d+"),
+    (rf"class/infiniband/{EFA}/hw_counters/\w+", r"\d+"),               # EFA's admin-queue statistics
     (r"class/infiniband/\w+/ports/1/pkeys/\d+", r"0x(?!0000)[0-9a-f]{4}"),
     (r"class/infiniband/\w+/ports/1/gid_attrs/ndevs/\d+", IF),
     (r"class/infiniband/\w+/ports/1/gid_attrs/types/\d+", r"IB/RoCE v1|RoCE v2"),
@@ -249,6 +302,7 @@ SYS_RULES: list[tuple[str, str]] = [
     (rf"{FUNCTION}/(vendor|device)", r"0x[0-9a-f]{4}"),
     (rf"{FUNCTION}/class", r"0x[0-9a-f]{6}"),
     (rf"{FUNCTION}/net/{IF}/ifindex", r"\d+"),
+    (rf"{FUNCTION}/p2p", r"NVIDIA"),                      # the efa driver's peer-direct providers (efa_sysfs.c)
     (r"kernel/iommu_groups/\d+/type", r"identity|DMA|DMA-FQ|blocked|unmanaged"),
     (r"class/dmi/id/(sys_vendor|product_name)", r"[\w .,-]+"),
     (rf"class/net/{IF}/(mtu|ifindex|type)", r"\d+"),
@@ -258,7 +312,11 @@ SYS_RULES: list[tuple[str, str]] = [
     (rf"class/net/{IF}/ecn/roce_(np|rp)/enable/[0-7]", r"[01]"),
     (r"module/\w+/initstate", r"live"),
     (r"module/nvidia/version", r"\d+\.\d+\.\d+"),
+    (r"module/efa/version", r"\d+\.\d+\.\d+g?"),       # amzn-drivers' version, `g` for the GPUDirect build
 ]
+# PCI vendor ids a config space may start with (little-endian): NVIDIA, Mellanox, Intel, Broadcom
+# (PLX switches), Amazon (EFA, ENA) and Google (gVNIC).
+CONFIG_VENDORS = {0x10DE, 0x15B3, 0x8086, 0x1000, 0x1D0F, 0x1AE0}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -273,7 +331,12 @@ def test_sys_files_have_sysfs_value_formats(name: str) -> None:
             relative = path.relative_to(root).as_posix()
             if re.fullmatch(rf"{FUNCTION}/config", relative):
                 data = path.read_bytes()        # config space as root reads it: binary, 4096 bytes
-                assert len(data) == 4096 and data[:2] in (b"\xde\x10", b"\xb3\x15", b"\x86\x80", b"\x00\x10"), relative
+                assert len(data) == 4096 and int.from_bytes(data[:2], "little") in CONFIG_VENDORS, relative
+                # The kernel's vendor/device/class files are read from this config space.
+                function = path.parent.relative_to(root).as_posix()
+                for field, start, end in (("vendor", 0, 2), ("device", 2, 4), ("class", 9, 12)):
+                    expected = int(sysval(root.parent, f"{function}/{field}"), 16)
+                    assert int.from_bytes(data[start:end], "little") == expected, (relative, field)
                 continue
             text = path.read_text(encoding="utf-8")
             assert text.endswith("\n") and text.count("\n") == 1, relative
@@ -294,7 +357,26 @@ def test_state_numbers_and_rates_are_self_consistent(name: str) -> None:
         assert rate, port["rate"]
         gbps, width, speed = rate.groups()
         assert float(gbps) == int(width) * LANE_GBPS[speed], hca
-        counters = NODES / name / f"sys/class/infiniband/{hca}/ports/1/counters"
+        physical = {"Polling": "2", "Disabled": "3", "LinkUp": "5"}[port["phys_state"].split(": ")[1]]
+        assert port["phys_state"].startswith(physical)
+        device = NODES / name / f"sys/class/infiniband/{hca}"
+        counters = device / "ports/1/counters"
+        if is_efa(port):
+            # EFA has no IB PMA: no counters/. Its port statistics (EFA_DEFINE_PORT_STATS) are in
+            # ports/1/hw_counters, its admin-queue statistics in the device's hw_counters; ib_core adds
+            # `lifespan` to both. All are 64-bit.
+            assert not counters.exists(), hca
+            port_stats = {stat: int(read(device, f"ports/1/hw_counters/{stat}"))
+                          for stat in os.listdir(device / "ports/1/hw_counters")}
+            device_stats = {stat: int(read(device, f"hw_counters/{stat}"))
+                            for stat in os.listdir(device / "hw_counters")}
+            assert set(port_stats) == EFA_PORT_STATS | {"lifespan"}, hca
+            assert set(device_stats) == EFA_DEVICE_STATS | {"lifespan"}, hca
+            assert all(value < 2**64 for value in [*port_stats.values(), *device_stats.values()]), hca
+            for unit in ("tx", "rx", "retrans"):       # a packet is at least one byte
+                assert port_stats[f"{unit}_pkts"] <= port_stats[f"{unit}_bytes"], (hca, unit)
+            assert device_stats["completed_cmds"] <= device_stats["submitted_cmds"], hca
+            continue
         # Hardware widths: LinkDowned and LinkErrorRecovery are 8-bit, SymbolError 16-bit.
         assert int(sysval(NODES / name, f"class/infiniband/{hca}/ports/1/counters/link_downed")) <= 255
         assert int(sysval(NODES / name, f"class/infiniband/{hca}/ports/1/counters/symbol_error")) <= 65535
@@ -316,10 +398,39 @@ def test_symlinks_are_relative_and_stay_inside(name: str) -> None:
             resolved = (path.parent / target).resolve()
             assert resolved.is_relative_to(root / "sys"), f"{path} -> {target} leaves the snapshot"
             assert resolved.is_dir(), f"{path} -> {target} dangles"
-            assert re.fullmatch(rf"\.\./\.\./\.\./bus/pci/devices/{PCI}|\.\./\.\./\.\./{FUNCTION}|"
-                                rf"(?:\.\./)+kernel/iommu_groups/\d+", target), target
+            relative = path.relative_to(NODES / name / "sys").as_posix()
+            driver = re.fullmatch(r"bus/pci/drivers/(\w+)/module", relative)
+            if driver:
+                # A driver's directory holds its module (no link back to its functions: a cycle).
+                assert target == f"../../../../module/{driver.group(1)}", target
+            elif relative.endswith("/driver"):
+                # A bound function's `driver`: up to sys/, then bus/pci/drivers/DRIVER.
+                assert re.fullmatch(rf"{FUNCTION}/driver", relative), relative
+                depth = relative.count("/")
+                bound = re.fullmatch(rf"(?:\.\./){{{depth}}}bus/pci/drivers/(\w+)", target)
+                assert bound, target
+            else:
+                assert re.fullmatch(rf"\.\./\.\./\.\./bus/pci/devices/{PCI}|\.\./\.\./\.\./{FUNCTION}|"
+                                    rf"(?:\.\./)+kernel/iommu_groups/\d+", target), target
     if INDEX[name]["class"] != "pcie-only" or links:
         assert links > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_link_leads_back_into_its_own_path(name: str) -> None:
+    """Walking a fixture with links followed ends: no directory link resolves to a directory above
+    it (real sysfs has such cycles, function -> driver -> function; a snapshot must not)."""
+    root = NODES / name
+
+    def walk(directory: Path, above: frozenset[Path], depth: int) -> None:
+        assert depth < 40, f"{directory}: deeper than any sysfs path"
+        for entry in os.scandir(directory):
+            if entry.is_dir(follow_symlinks=True):
+                real = Path(entry.path).resolve()
+                assert real not in above, f"{entry.path} leads back to {real}"
+                walk(Path(entry.path), above | {real}, depth + 1)
+
+    walk(root, frozenset({root.resolve()}), 0)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -348,6 +459,21 @@ def test_ibstat_agrees_with_sysfs(name: str) -> None:
         assert int(ca["Base lid"]) == int(port["lid"], 16) and int(ca["SM lid"]) == int(port["sm_lid"], 16)
         assert ca["Link layer"] == port["link_layer"]
         assert ca["Node GUID"] == "0x" + port["node_guid"].replace(":", "")
+        assert ca["LMC"] == port["lid_mask_count"] and ca["Capability mask"] == port["cap_mask"]
+        # EFA: no hca_type file and an empty fw_ver, which ibstat prints as empty fields.
+        hca_type = root / f"sys/class/infiniband/{hca}/hca_type"
+        assert ca["CA type"] == (hca_type.read_text(encoding="utf-8").strip() if hca_type.exists() else "")
+        assert hca_type.exists() != is_efa(port)
+        assert ca["Firmware version"] == port["fw_ver"]
+        # The port GUID: the low half of GID 0 where the port has a GID table (RoCE: the netdev MAC's
+        # EUI-64; EFA: the ENI MAC's, which is also the node GUID); on IB the node GUID.
+        gid0 = root / f"sys/class/infiniband/{hca}/ports/1/gids/0"
+        if gid0.exists():
+            assert ca["Port GUID"] == "0x" + gid0.read_text(encoding="utf-8").strip().replace(":", "")[16:]
+        else:
+            assert port["link_layer"] == "InfiniBand" and ca["Port GUID"] == ca["Node GUID"]
+        if is_efa(port):
+            assert ca["Port GUID"] == ca["Node GUID"] and ca["Port GUID"][8:12] == "fffe", "EUI-64 of the ENI MAC"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -358,16 +484,38 @@ def test_ibv_devinfo_agrees_with_sysfs_and_netdev_mtu(name: str) -> None:
         return
     hcas = parse_ibv_devinfo(text)
     assert set(hcas) == set(ports)
+    assert list(hcas) == sorted(hcas, key=lambda hca: ports[hca]["pci"]), "ibv_devinfo lists devices in PCI order"
+    gids = dict(re.findall(r"^hca_id:\t(\S+)\n(?:\t.*\n|\n)*?\t+GID\[  0\]:\t+([0-9a-f:]+)", text, re.MULTILINE))
+    assert set(gids) == set(hcas)
     states = {"ACTIVE": "PORT_ACTIVE (4)", "DOWN": "PORT_DOWN (1)"}
+    # ib_core's sysfs says `Unknown` where libibverbs says `Unspecified` (EFA: IB_LINK_LAYER_UNSPECIFIED).
+    link_layers = {"InfiniBand": "InfiniBand", "Ethernet": "Ethernet", "Unknown": "Unspecified"}
     for hca, info in hcas.items():
         port = ports[hca]
         assert info["state"] == states[port["state"].split(": ")[1]]
+        assert info["phys_state"].endswith(f"({port['phys_state'].split(':')[0]})"), hca
         assert int(info["port_lid"]) == int(port["lid"], 16) and int(info["sm_lid"]) == int(port["sm_lid"], 16)
-        assert info["link_layer"] == port["link_layer"]
+        assert int(info["port_lmc"], 16) == int(port["lid_mask_count"]) and info["port_cap_flags"] == port["cap_mask"]
+        assert info["link_layer"] == link_layers[port["link_layer"]]
+        assert info["node_guid"] == port["node_guid"] and info["phys_port_cnt"] == "1"
+        # vendor_part_id is the PCI device id (ConnectX-7 4129 = 0x1021, EFA 61345 = 0xefa1).
+        assert int(info["vendor_part_id"]) == int(sysval(root, f"bus/pci/devices/{port['pci']}/device"), 16)
+        # EFA's firmware version: an empty sysfs string, 0.0.0.0 from ibv_query_device.
+        assert info["fw_ver"] == (port["fw_ver"] or "0.0.0.0"), hca
+        gid0 = root / f"sys/class/infiniband/{hca}/ports/1/gids/0"
+        expected_gid = (gid0.read_text(encoding="utf-8").strip() if gid0.exists()
+                        else "fe80:0000:0000:0000:" + port["node_guid"])
+        assert gids[hca] == expected_gid, hca
         width = int(info["active_width"].split("X")[0])
         lane = float(info["active_speed"].split()[0])
         assert width * lane == float(port["rate"].split()[0]), hca
         active_mtu = int(info["active_mtu"].split()[0])
+        if is_efa(port):
+            # No netdev to fit: efa_query_port reports the device's MTU as both max and active.
+            assert info["vendor_id"] == AMAZON and info["transport"] == "unspecified (4)", hca
+            assert active_mtu == int(info["max_mtu"].split()[0]), hca
+            continue
+        assert info["vendor_id"] == "0x02c9", hca          # Mellanox's IEEE OUI, not its PCI vendor id
         netdev_mtu = int(sysval(root, f"class/net/{port['netdev']}/mtu"))
         if port["link_layer"] == "InfiniBand":
             assert netdev_mtu == active_mtu - 4, "IPoIB datagram MTU is the IB MTU less its 4-byte header"
@@ -386,12 +534,29 @@ def test_ibdev2netdev_and_gid_ndevs_agree_with_sysfs(name: str) -> None:
         for hca, netdev, updown in listed:
             assert ports[hca]["netdev"] == netdev
             assert (updown == "Up") == (sysval(root, f"class/net/{netdev}/operstate") == "up")
+    net = root / "sys/class/net"
     for hca, port in ports.items():
         netdev = port["netdev"]
+        bus, slot = port["pci"].split(":")[1], port["pci"].split(":")[2].split(".")[0]
+        if is_efa(port):
+            # EFA: no netdev on the function (sysfs_ports) and none that points at it, so no GID
+            # attributes either; rdma-core names it rdmap<bus>s<slot> (decimal); GID 0 is the
+            # link-local address of its GUID (the ENI MAC's EUI-64).
+            assert hca == f"rdmap{int(bus, 16)}s{int(slot, 16)}", hca
+            assert not any(os.readlink(device).endswith(port["pci"]) for device in net.glob("*/device"))
+            assert not (root / f"sys/class/infiniband/{hca}/ports/1/gid_attrs").exists()
+            assert sysval(root, f"class/infiniband/{hca}/ports/1/gids/0") == "fe80:0000:0000:0000:" + port["node_guid"]
+            continue
         arp_type = sysval(root, f"class/net/{netdev}/type")
         assert os.readlink(root / f"sys/class/net/{netdev}/device").endswith(port["pci"])
         if port["link_layer"] == "Ethernet":
             assert arp_type == "1" and sysval(root, f"class/infiniband/{hca}/ports/1/gid_attrs/ndevs/0") == netdev
+            # GID 0: the link-local address of the netdev MAC's EUI-64 (universal/local bit flipped).
+            mac = bytearray.fromhex(sysval(root, f"class/net/{netdev}/address").replace(":", ""))
+            mac[0] ^= 0x02
+            eui64 = (mac[:3] + b"\xff\xfe" + mac[3:]).hex()
+            gid0 = "fe80:0000:0000:0000:" + ":".join(eui64[index:index + 4] for index in range(0, 16, 4))
+            assert sysval(root, f"class/infiniband/{hca}/ports/1/gids/0") == gid0, hca
             assert ok_output(root, f"mlnx_qos-{netdev}") is not None
             assert len(os.listdir(root / f"sys/class/net/{netdev}/ecn/roce_np/enable")) == 8
         else:
@@ -425,9 +590,17 @@ def test_perfquery_agrees_with_sysfs_counters(name: str) -> None:
 def test_iblinkinfo_lists_active_ports_at_their_rate(name: str) -> None:
     root = NODES / name
     text = ok_output(root, "iblinkinfo")
+    ports = sysfs_ports(root)
+    status, _ = command(root, "iblinkinfo")
+    # With no InfiniBand port (RoCE, EFA) there is no umad port to send MADs from: iblinkinfo fails.
+    has_ib = any(port["link_layer"] == "InfiniBand" for port in ports.values())
+    if status not in ("0", "missing"):
+        assert status == "255" and not has_ib, status
+        assert "mad_rpc_open_port: can't open UMAD port" in read(root, "commands/iblinkinfo.err")
+    elif status == "0":
+        assert has_ib
     if text is None:
         return
-    ports = sysfs_ports(root)
     per_lane = {"106.25": 100, "53.125": 50, "25.78125": 25}
     seen = set()
     for line_number, line in enumerate(text.splitlines()):
@@ -446,6 +619,35 @@ def test_iblinkinfo_lists_active_ports_at_their_rate(name: str) -> None:
             seen.add(hca)
     assert seen == {hca for hca, port in ports.items()
                     if port["link_layer"] == "InfiniBand" and port["state"] == "4: ACTIVE"}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fi_info_lists_the_efa_devices(name: str) -> None:
+    """libfabric's efa provider: one FI_EP_RDM domain per EFA RDMA device, then one FI_EP_DGRAM
+    domain per device, each in PCI order; the provider version is the library's (1.22 -> 122.0)."""
+    root = NODES / name
+    ports = sysfs_ports(root)
+    efas = sorted((hca for hca, port in ports.items() if is_efa(port)), key=lambda hca: ports[hca]["pci"])
+    text = ok_output(root, "fi_info-p-efa")
+    if not efas:
+        assert not (root / "commands/fi_info-p-efa.status").exists() and text is None
+        return
+    assert text is not None
+    entries = re.findall(r"provider: (\S+)\n    fabric: (\S+)\n    domain: (\S+)\n    version: (\d+)\.(\d+)\n"
+                         r"    type: (\S+)\n    protocol: (\S+)\n", text)
+    assert "".join(f"provider: {p}\n    fabric: {f}\n    domain: {d}\n    version: {major}.{minor}\n    type: {t}\n"
+                   f"    protocol: {proto}\n" for p, f, d, major, minor, t, proto in entries) == text
+    assert [domain for _, _, domain, *_ in entries] == [f"{hca}-rdm" for hca in efas] + [f"{hca}-dgrm" for hca in efas]
+    assert {(provider, fabric, protocol) for provider, fabric, _, _, _, _, protocol in entries} == \
+        {("efa", "efa", "FI_PROTO_EFA")}
+    assert [kind for *_, kind, _ in entries] == ["FI_EP_RDM"] * len(efas) + ["FI_EP_DGRAM"] * len(efas)
+    version = ok_output(root, "fi_info-version")
+    assert version is not None
+    library = re.fullmatch(r"fi_info: (\S+)\nlibfabric: (\S+)\nlibfabric api: (\d+)\.(\d+)\n", version)
+    assert library and library.group(1) == library.group(2) and library.group(2).startswith(
+        f"{library.group(3)}.{library.group(4)}.")
+    api = int(library.group(3)) * 100 + int(library.group(4))
+    assert {(int(major), int(minor)) for *_, major, minor, _, _ in entries} == {(api, 0)}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -471,6 +673,9 @@ def test_topology_and_nvml_agree_with_sysfs(name: str) -> None:
         assert PCIE_GEN[sysval(root, f"bus/pci/devices/{address}/max_link_speed").split()[0]] == gpu["pcie"]["max_gen"]
         assert gpu["nvlink"]["active"] <= gpu["nvlink"]["total"] and gpu["errors"] == {}
         assert isinstance(gpu["dmabuf_supported"], bool) and gpu["uuid"].startswith("GPU-")
+        # A cloud VM's GPUs are passed through to it; bare-metal GPUs are not virtualised.
+        cloud = sysval(root, "class/dmi/id/sys_vendor") in {"Amazon EC2", "Google"}
+        assert gpu["virtualization_mode"] == ("passthrough" if cloud else "none")
         gpu_numa[f"GPU{gpu['index']}"] = gpu["numa_node"]
     text = ok_output(root, "nvidia-smi-topo-m")
     if text is None:
@@ -478,8 +683,11 @@ def test_topology_and_nvml_agree_with_sysfs(name: str) -> None:
         return
     header, rows, legend = parse_topo(text)
     ports = sysfs_ports(root)
-    by_pci = sorted(ports, key=lambda hca: ports[hca]["pci"])
+    # NVML's NICs are the ConnectX devices; EFA is not a NIC to NVML (the p5 topology has no NIC
+    # columns and no legend), so the legend lists the non-EFA RDMA devices in PCI order.
+    by_pci = sorted((hca for hca, port in ports.items() if not is_efa(port)), key=lambda hca: ports[hca]["pci"])
     assert list(legend.values()) == by_pci
+    assert ("NIC Legend:" in text) == bool(by_pci)
     devices = [f"GPU{index}" for index in range(len(gpu_numa))] + list(legend)
     assert header == devices + ["CPU Affinity", "NUMA Affinity", "GPU NUMA ID"]
     assert list(rows) == devices
@@ -495,6 +703,61 @@ def test_topology_and_nvml_agree_with_sysfs(name: str) -> None:
                 assert cell == " X "
             elif not (row.startswith("GPU") and column.startswith("GPU") and cell.startswith("NV")):
                 assert (cell == "SYS") == (numa[row] != numa[column]), (row, column, cell)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_lspci_lists_the_sysfs_functions_and_their_drivers(name: str) -> None:
+    """`lspci -vvv` shows every PCI function of the sys tree, and where sysfs holds a driver's
+    directory (bus/pci/drivers/DRIVER: the cloud NICs' efa, ena, gve), lspci's `Kernel driver in use`
+    and the function's `driver` link name the same driver: an unbound function has neither."""
+    root = NODES / name
+    text = ok_output(root, "lspci-vvv")
+    assert text is not None
+    blocks = re.findall(rf"^({PCI}) [^\n]+\n((?:\t[^\n]*\n)*)", text, re.MULTILINE)
+    assert sorted(address for address, _ in blocks) == sorted(os.listdir(root / "sys/bus/pci/devices"))
+    drivers_dir = root / "sys/bus/pci/drivers"
+    known = set(os.listdir(drivers_dir)) if drivers_dir.is_dir() else set()
+    for address, body in blocks:
+        in_use = re.findall(r"^\tKernel driver in use: (\S+)$", body, re.MULTILINE)
+        assert len(in_use) <= 1, address
+        link = root / f"sys/bus/pci/devices/{address}/driver"
+        linked = os.readlink(link).rsplit("/", 1)[-1] if link.is_symlink() else None
+        if linked is not None:
+            assert in_use == [linked], address
+        elif in_use:
+            assert in_use[0] not in known, f"{address}: lspci says {in_use[0]}, sysfs has no driver link"
+
+
+def pcie_switch(root: Path, address: str) -> str | None:
+    """The upstream port of the PCIe switch a function sits behind (None: on a root port or the root bus)."""
+    place = (root / f"sys/bus/pci/devices/{address}").resolve().relative_to((root / "sys/devices").resolve()).parts
+    return place[2] if len(place) >= 5 else None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_nics_share_the_numa_node_of_the_gpus_beside_them(name: str) -> None:
+    """The NIC placement the topology shows as PIX/PXB, read from the PCIe tree: every network
+    function (ConnectX, EFA, gVNIC) behind a GPU's PCIe switch is on that GPU's NUMA node. This is
+    the rule for the NICs NVML does not list (EFA, gVNIC) as much as for the ConnectX ones."""
+    root = NODES / name
+    if not (root / "nvml.json").exists():
+        return
+    gpus = {f"{gpu['pci_bus_id'][4:]}".lower(): gpu["numa_node"]
+            for gpu in json.loads(read(root, "nvml.json"))["gpus"]}
+    gpu_numa_by_switch: dict[str | None, set[int]] = {}
+    for address, numa in gpus.items():
+        gpu_numa_by_switch.setdefault(pcie_switch(root, address), set()).add(numa)
+    beside = 0
+    for device in sorted((root / "sys/bus/pci/devices").iterdir()):
+        if not sysval(root, f"bus/pci/devices/{device.name}/class").startswith("0x02"):
+            continue
+        switch = pcie_switch(root, device.name)
+        if switch is None or switch not in gpu_numa_by_switch:
+            continue
+        numa = int(sysval(root, f"bus/pci/devices/{device.name}/numa_node"))
+        assert gpu_numa_by_switch[switch] == {numa}, device.name
+        beside += 1
+    assert beside or INDEX[name]["class"] == "pcie-only"
 
 
 # -- each fault fixture differs from its healthy base only where its fault says -------------------------
@@ -542,6 +805,22 @@ CHANGED: dict[str, list[str]] = {
     "dgx-h100-xid-application": ["commands/dmesg.out"],
     "dgx-h100-xid-before-boot": ["commands/dmesg.out"],
     "dgx-h100-link-flap": ["commands/dmesg.out"],
+    # The functions stay on the bus (ids, config, place in the tree); the RDMA devices, the driver's
+    # links and the efa sysfs file go, and the tools stop listing them.
+    "aws-p5-efa-unbound": ["commands/ibstat.out", "commands/ibv_devinfo-v.out", "commands/fi_info-p-efa.out",
+                           "commands/lspci-vvv.out", "sys/class/infiniband/rdmap11[456]s0/*",
+                           "sys/devices/*/0000:7[234]:00.0/driver",
+                           "sys/devices/*/0000:7[234]:00.0/p2p"],
+    "aws-p5-efa-down": ["commands/ibstat.out", "commands/ibv_devinfo-v.out",
+                        "sys/class/infiniband/rdmap131s0/ports/1/*state"],
+    "aws-p5-nccl-socket": ["nccl-env.json"],
+    "aws-p5-efa-retrans-a": ["sys/class/infiniband/rdmap147s0/ports/1/hw_counters/retrans_timeout_events"],
+    # 600 s of traffic on every device, and rdmap147s0's retransmits, timeouts and impaired peers.
+    "aws-p5-efa-retrans-b": [f"sys/class/infiniband/rdmap*s0/ports/1/hw_counters/{direction}_{unit}"
+                             for direction in ("tx", "rx") for unit in ("bytes", "pkts")]
+                            + [f"sys/class/infiniband/rdmap147s0/ports/1/hw_counters/{counter}" for counter in
+                               ("retrans_pkts", "retrans_bytes", "retrans_timeout_events",
+                                "impaired_remote_conn_events")],
 }
 CHANGED["dgx-h100-symbol-errors-b"] = CHANGED["dgx-h100-symbol-errors-a"]
 CHANGED["dgx-h100-link-downed-b"] = CHANGED["dgx-h100-link-downed-a"]
@@ -605,6 +884,26 @@ FAULT_VALUES: list[tuple[str, str, str]] = [
     ("roce-h100", "sys/class/net/ens3np0/mtu", "9000\n"),
     ("pcie-only", "sys/class/net/eno1/mtu", "1500\n"),
     ("cpu-node", "sys/class/infiniband/mlx5_0/ports/1/rate", "200 Gb/sec (4X HDR)\n"),
+    ("aws-p5", "sys/class/infiniband/rdmap131s0/ports/1/state", "4: ACTIVE\n"),
+    ("aws-p5", "sys/class/infiniband/rdmap79s0/ports/1/rate", "100 Gb/sec (4X EDR)\n"),
+    ("aws-p5", "sys/class/infiniband/rdmap79s0/fw_ver", "\n"),
+    ("aws-p5", "sys/bus/pci/devices/0000:72:00.0/p2p", "NVIDIA\n"),
+    ("aws-p5", "sys/module/efa/version", "2.17.1g\n"),
+    ("aws-p5", "sys/class/net/ens32/mtu", "9001\n"),
+    ("aws-p5-efa-down", "sys/class/infiniband/rdmap131s0/ports/1/state", "1: DOWN\n"),
+    ("aws-p5-efa-down", "sys/class/infiniband/rdmap131s0/ports/1/phys_state", "3: Disabled\n"),
+    ("aws-p5-efa-unbound", "sys/bus/pci/devices/0000:72:00.0/vendor", "0x1d0f\n"),     # still on the bus
+    ("aws-p5-efa-unbound", "sys/bus/pci/devices/0000:72:00.0/device", "0xefa1\n"),
+    ("aws-p5", "sys/class/infiniband/rdmap147s0/ports/1/hw_counters/retrans_timeout_events", "0\n"),
+    ("aws-p5-efa-retrans-a", "sys/class/infiniband/rdmap147s0/ports/1/hw_counters/retrans_timeout_events", "2\n"),
+    ("aws-p5-efa-retrans-b", "sys/class/infiniband/rdmap147s0/ports/1/hw_counters/retrans_timeout_events", "502\n"),
+    ("aws-p5-efa-retrans-a", "sys/class/infiniband/rdmap147s0/ports/1/hw_counters/impaired_remote_conn_events",
+     "0\n"),
+    ("aws-p5-efa-retrans-b", "sys/class/infiniband/rdmap147s0/ports/1/hw_counters/impaired_remote_conn_events",
+     "20\n"),
+    ("gcp-a3-high", "sys/class/net/eth1/mtu", "8244\n"),
+    ("gcp-a3-high", "sys/class/net/eth1/speed", "200000\n"),
+    ("gcp-a3-high", "sys/class/net/eth0/mtu", "1460\n"),
 ]
 
 
@@ -644,6 +943,56 @@ def test_fault_values_in_tool_outputs() -> None:
     assert "PIX" not in rows["GPU5"] and gpu5[next(label for label, hca in legend.items() if hca == "mlx5_9")] == "SYS"
     _, healthy_rows, _ = parse_topo(read(NODES / "dgx-h100", "commands/nvidia-smi-topo-m.out"))
     assert all(row.count("PIX") == 1 for label, row in healthy_rows.items() if label.startswith("GPU"))
+    efa_down = NODES / "aws-p5-efa-down"
+    down = parse_ibstat(read(efa_down, "commands/ibstat.out"))["rdmap131s0"]
+    assert (down["State"], down["Physical state"]) == ("Down", "Disabled")
+    assert {ca["State"] for hca, ca in parse_ibstat(read(efa_down, "commands/ibstat.out")).items()
+            if hca != "rdmap131s0"} == {"Active"}
+    down_ibv = parse_ibv_devinfo(read(efa_down, "commands/ibv_devinfo-v.out"))["rdmap131s0"]
+    assert (down_ibv["state"], down_ibv["phys_state"]) == ("PORT_DOWN (1)", "DISABLED (3)")
+
+
+def test_efa_unbound_functions_are_on_the_bus_without_their_driver() -> None:
+    root, gone = NODES / "aws-p5-efa-unbound", {"0000:72:00.0": "rdmap114s0", "0000:73:00.0": "rdmap115s0",
+                                                "0000:74:00.0": "rdmap116s0"}
+    for address, hca in gone.items():
+        function = root / f"sys/bus/pci/devices/{address}"
+        assert function.is_dir() and (function / "config").exists()
+        assert not (function / "driver").exists() and not (function / "p2p").exists()
+        assert not (root / f"sys/class/infiniband/{hca}").exists()
+        for tool in ("ibstat", "ibv_devinfo-v", "fi_info-p-efa"):
+            assert hca not in read(root, f"commands/{tool}.out"), (tool, hca)
+        lspci = read(root, "commands/lspci-vvv.out")
+        block = lspci[lspci.index(f"{address} "):].split("\n\n")[0]
+        assert "Elastic Fabric Adapter" in block and "Kernel driver in use" not in block
+    # GPU2's fourth EFA keeps its driver; the other GPUs keep all four.
+    assert (root / "sys/class/infiniband/rdmap113s0").is_dir()
+    assert len(sysfs_ports(root)) == 32 - len(gone)
+
+
+def test_efa_retrans_pair_grows_where_the_fault_says() -> None:
+    earlier, later = rdma_counters(NODES / "aws-p5-efa-retrans-a"), rdma_counters(NODES / "aws-p5-efa-retrans-b")
+    traffic = {f"{direction}_{unit}" for direction in ("tx", "rx") for unit in ("bytes", "pkts")}
+    grown = {path for path in later if later[path] != earlier[path]}
+    devices = {path.split("/")[0] for path in later}
+    assert len(devices) == 32
+    # 600 s of traffic on every device; only rdmap147s0's retransmit counters move besides.
+    assert grown == {f"{hca}/ports/1/hw_counters/{counter}" for hca in devices for counter in traffic} | {
+        f"rdmap147s0/ports/1/hw_counters/{counter}" for counter in
+        ("retrans_pkts", "retrans_bytes", "retrans_timeout_events", "impaired_remote_conn_events")}
+    counter = "rdmap147s0/ports/1/hw_counters/"
+    assert later[counter + "retrans_pkts"] - earlier[counter + "retrans_pkts"] == 5_000_000
+    assert later[counter + "retrans_timeout_events"] - earlier[counter + "retrans_timeout_events"] == 500
+    assert later[counter + "retrans_bytes"] > earlier[counter + "retrans_bytes"]
+
+
+def test_nccl_socket_fault_keeps_the_p5_settings() -> None:
+    healthy = json.loads(read(NODES / "aws-p5", "nccl-env.json"))
+    faulty = json.loads(read(NODES / "aws-p5-nccl-socket", "nccl-env.json"))
+    assert faulty["environ"] == {**healthy["environ"], "NCCL_NET": "Socket", "NCCL_SOCKET_IFNAME": "ens32"}
+    assert healthy["environ"]["FI_PROVIDER"] == "efa" and "NCCL_NET" not in healthy["environ"]
+    # The interface it names exists: the fault is the transport, not a missing interface.
+    assert (NODES / "aws-p5-nccl-socket/sys/class/net/ens32/mtu").exists()
 
 
 def test_healthy_classes_have_their_shape() -> None:
@@ -669,6 +1018,58 @@ def test_healthy_classes_have_their_shape() -> None:
     assert not (NODES / "cpu-node/nvml.json").exists() and len(sysfs_ports(NODES / "cpu-node")) == 1
     for name in ("dgx-h100", "hgx-a100", "roce-h100"):
         assert (NODES / name / "sys/module/nvidia_peermem/initstate").exists()
+
+
+def gpus_by_switch(root: Path) -> dict[str | None, list[str]]:
+    switches: dict[str | None, list[str]] = {}
+    for gpu in json.loads(read(root, "nvml.json"))["gpus"]:
+        switches.setdefault(pcie_switch(root, gpu["pci_bus_id"][4:].lower()), []).append(f"GPU{gpu['index']}")
+    return switches
+
+
+def test_cloud_classes_have_their_shape() -> None:
+    p5 = NODES / "aws-p5"
+    efas = sysfs_ports(p5)
+    assert len(efas) == 32 and all(is_efa(port) for port in efas.values())
+    assert {(port["state"], port["rate"], port["link_layer"]) for port in efas.values()} == {
+        ("4: ACTIVE", "100 Gb/sec (4X EDR)", "Unknown")}
+    # Four EFA devices behind each GPU's PCIe switch, one GPU per switch.
+    switches = gpus_by_switch(p5)
+    assert all(len(gpus) == 1 for gpus in switches.values()) and len(switches) == 8
+    per_switch = [pcie_switch(p5, port["pci"]) for port in efas.values()]
+    assert sorted(per_switch) == sorted(switch for switch in switches for _ in range(4))
+    for port in efas.values():
+        assert sysval(p5, f"bus/pci/devices/{port['pci']}/p2p") == "NVIDIA"
+        assert os.readlink(p5 / f"sys/bus/pci/devices/{port['pci']}/driver").endswith("/drivers/efa")
+    # efa's own p2p provider stands in for peermem; no IB/RoCE port tools, no MLNX_OFED scripts.
+    assert not (p5 / "sys/module/nvidia_peermem").exists() and (p5 / "sys/module/efa/initstate").exists()
+    assert command(p5, "ibdev2netdev") == ("missing", None)
+    assert not any(file.startswith(("perfquery", "smpquery", "mlnx_qos", "mlxlink"))
+                   for file in os.listdir(p5 / "commands"))
+    assert not (p5 / "sys/class/net/ens32/speed").exists()     # ENA reports no link speed
+    gcp = NODES / "gcp-a3-high"
+    assert not (gcp / "sys/class/infiniband").exists() and sysfs_ports(gcp) == {}
+    for tool in ("ibstat", "ibv_devinfo-v", "iblinkinfo", "ibdev2netdev"):
+        assert command(gcp, tool) == ("missing", None)
+    assert not (gcp / "commands/fi_info-p-efa.status").exists()
+    # One gVNIC data NIC per GPU pair behind their PCIe switch; eth0 (management) on the root bus.
+    gcp_switches = gpus_by_switch(gcp)
+    assert sorted(len(gpus) for gpus in gcp_switches.values()) == [2, 2, 2, 2]
+    data = {netdev: os.readlink(gcp / f"sys/class/net/{netdev}/device").rsplit("/", 1)[-1]
+            for netdev in ("eth0", "eth1", "eth2", "eth3", "eth4")}
+    assert pcie_switch(gcp, data["eth0"]) is None and sysval(gcp, "class/net/eth0/mtu") == "1460"
+    assert sorted(pcie_switch(gcp, data[f"eth{index}"]) for index in range(1, 5)) == sorted(gcp_switches)
+    assert {sysval(gcp, f"class/net/eth{index}/mtu") for index in range(1, 5)} == {"8244"}
+    for address in data.values():
+        assert (sysval(gcp, f"bus/pci/devices/{address}/vendor"), sysval(gcp, f"bus/pci/devices/{address}/device")) == \
+            ("0x1ae0", "0x0042")
+        assert os.readlink(gcp / f"sys/bus/pci/devices/{address}/driver").endswith("/drivers/gve")
+    # VMs: the hypervisor's DMI strings, GPUs passed through, no IOMMU groups in the guest.
+    for root, vendor in ((p5, "Amazon EC2"), (gcp, "Google")):
+        assert sysval(root, "class/dmi/id/sys_vendor") == vendor
+        assert {gpu["virtualization_mode"] for gpu in json.loads(read(root, "nvml.json"))["gpus"]} == {"passthrough"}
+        assert not (root / "sys/kernel/iommu_groups").exists()
+        assert not list((root / "sys/devices").rglob("iommu_group"))
 
 
 def test_generator_reproduces_committed_tree(tmp_path: Path) -> None:

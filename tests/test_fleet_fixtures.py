@@ -126,3 +126,19 @@ def test_mixed_h100_and_a100_fleet_has_no_drift(tmp_path, capsys):
     vbios_models = {entry["among"] for entry in fleet["drift"] if entry["what"] == "vbios"}
     assert len(vbios_models) == 2
     assert code in (0, 1) and not [leaf for leaf in fleet["rails"] if leaf["odd"]]
+
+
+def test_p5_fleet_names_the_node_on_an_older_efa_driver(tmp_path, capsys):
+    """Six p5.48xlarge: p5-03 runs an older efa driver (drift of the `efa` kind, not of the
+    placeholder EFA firmware 0.0.0.0), p5-05 lost three EFA devices (its grade)."""
+    snapshots = [_node("aws-p5", f"p5-{index:02d}", tmp_path) for index in range(1, 7)]
+    (snapshots[2] / "sys/module/efa/version").write_text("2.13.0g\n")
+    shutil.rmtree(snapshots[4])
+    snapshots[4] = _node("aws-p5-efa-unbound", "p5-05", tmp_path)
+    code, fleet = _fleet(_reports(snapshots, tmp_path / "reports"), capsys)
+    assert code == 2
+    drifted = [(entry["what"], entry["majority"], entry["minority"]) for entry in fleet["drift"] if entry["minority"]]
+    assert drifted == [("efa", "2.17.1g", {"2.13.0g": ["p5-03"]})]
+    assert {node["host"]: node["grade"] for node in fleet["nodes"]} == {
+        "p5-01": "pass", "p5-02": "pass", "p5-03": "pass", "p5-04": "pass", "p5-05": "fail", "p5-06": "pass"}
+    assert fleet["rails"] == []     # EFA has no first-hop switch a node can see: rails are not judged

@@ -95,3 +95,17 @@ def test_a_silent_node_is_unreachable_and_its_partners_are_not_blamed() -> None:
     assert node_suspects(measurements, fabrics, Thresholds()) == []
     assert node_grades(["b"], measurements, [], fabrics, Thresholds())["b"] == ("unreachable", "b: command timeout")
     assert node_grades(["a"], measurements, [], fabrics, Thresholds())["a"][0] == "pass"
+
+
+def test_a_pair_on_tcp_sockets_is_never_a_pass() -> None:
+    """NCCL fell back to sockets (an EFA node without aws-ofi-nccl, NCCL_NET=Socket): even where the
+    yardstick is the round's median (every pair on sockets), the row warns and says why."""
+    from netdoctor.fleet.probe_run import pair_rows
+
+    fabrics = {host: NodeFabric(8) for host in "abcd"}
+    why = "NCCL ran over TCP sockets (NET/Socket), not the GPU fabric"
+    measurements = [Measurement(("a", "b"), 1, 11.0, transport="NET/Socket", why=why),
+                    Measurement(("c", "d"), 1, 11.0, transport="NET/Libfabric/GDRDMA")]
+    rows = pair_rows(measurements, fabrics, Thresholds(), sharp_expected=False)
+    assert [(row["transport"], row["status"], row.get("why")) for row in rows] == [
+        ("NET/Socket", "warn", why), ("NET/Libfabric/GDRDMA", "pass", None)]

@@ -21,7 +21,9 @@ CONTRACT_NAMES = {"nvidia-smi-topo-m", "ibstat", "ibv_devinfo-v", "iblinkinfo", 
                   "nvidia-smi-nvlink-s", "dmesg", "systemctl-show-nvidia-fabricmanager", "systemctl-show-nvidia-imex",
                   "lspci-vvv", "mlxlink-m-{dev}", "ethtool-m-{netdev}",
                   "ofed_info-s", "nv-fabricmanager-version", "smpquery-nodeinfo-{dev}-{port}",
-                  "smpquery-nodedesc-{dev}-{port}", "lldpctl-json"}
+                  "smpquery-nodedesc-{dev}-{port}", "lldpctl-json",
+                  # Issue 14 (cloud fabrics), named in the style of section 6.2
+                  "fi_info-p-efa", "fi_info-version"}
 # What host may import: itself and the small shared modules every layer uses.
 HOST_MAY_IMPORT = ("netdoctor.host", "netdoctor.util", "netdoctor.errors", "netdoctor.vocabulary", "netdoctor.logging")
 
@@ -50,7 +52,7 @@ def test_readers_have_no_command() -> None:
 
 def test_template_fields_match_the_scope() -> None:
     fields = {Scope.NODE: set(), Scope.IB_PORT: {"dev", "port"}, Scope.ROCE_NETDEV: {"netdev"},
-              Scope.RDMA_DEVICE: {"dev"}}
+              Scope.RDMA_DEVICE: {"dev"}, Scope.EFA: set()}
     for row in SOURCES:
         used = set(re.findall(r"\{(\w+)\}", row.name + " ".join(row.argv)))
         assert used == fields[row.scope], row.name

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from inventory_factory import dgx_h100, history_of, roce_node
+from inventory_factory import dgx_h100, efa_node, history_of, roce_node
 from netdoctor.checks.api import Check, CheckContext, CounterHistory
 from netdoctor.checks.history import nvlink_key
 from netdoctor.checks.needs import gate
@@ -110,7 +110,7 @@ def fixture_inventories() -> list[Inventory]:
 def everything_wrong() -> list[Inventory]:
     """Hand-built nodes where every counter is high, every MTU below the packs' minimum, a GPU
     is missing from NVML, and (on a copy) the driver does not answer at all."""
-    nodes = [dgx_h100(), roce_node(mtu=1500)]
+    nodes = [dgx_h100(), roce_node(mtu=1500), efa_node(FI_PROVIDER="tcp", FI_EFA_USE_DEVICE_RDMA="0")]
     for inventory in nodes:
         for port in inventory.ports:
             port.counters = {name: 1000 for name in port.counters}       # below the 16-bit maximum

@@ -38,11 +38,13 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 def test_bundled_packs_are_found_through_the_installed_package() -> None:
     packs = bundled_packs()
-    assert set(packs) == {"default", "dgx-h100", "hgx-a100", "pcie-only", "roce"}
+    assert set(packs) == {"default", "dgx-h100", "hgx-a100", "pcie-only", "roce", "aws-p4d", "aws-p5", "aws-p5en",
+                          "gcp-a3-high", "gcp-a3-mega"}
     assert all(path.name == f"{name}.toml" and path.is_file() for name, path in packs.items())
 
 
-@pytest.mark.parametrize("name", ["default", "dgx-h100", "hgx-a100", "pcie-only", "roce"])
+@pytest.mark.parametrize("name", ["default", "dgx-h100", "hgx-a100", "pcie-only", "roce", "aws-p4d", "aws-p5",
+                                  "aws-p5en", "gcp-a3-high", "gcp-a3-mega"])
 def test_every_bundled_pack_loads_and_names_itself(name: str) -> None:
     pack = load_rules(name, env={})
     assert pack.name == name
@@ -50,7 +52,8 @@ def test_every_bundled_pack_loads_and_names_itself(name: str) -> None:
     assert pack.files[0].name == "default.toml"
     assert pack.files[-1].name == f"{name}.toml"
     expected_required = {"default": {"port-state", "link-speed"}, "pcie-only": {"pcie-link"},
-                         "roce": {"port-state", "link-speed", "pfc-ecn"}}
+                         "roce": {"port-state", "link-speed", "pfc-ecn"}, "gcp-a3-high": {"fabric-netdevs"},
+                         "gcp-a3-mega": {"fabric-netdevs"}}
     assert pack.required >= expected_required.get(name, {"port-state", "link-speed", "error-counters"})
 
 
@@ -111,7 +114,7 @@ def test_extends_cycle_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("text", "message"), [
     ('[pack]\nname = "x"\n[port-classes.c]\nrole = "spare"\n', "role = 'spare'"),
     ('[pack]\nname = "x"\n[port-classes.c]\nexpected_speed = 400\n', "unknown key 'expected_speed'"),
-    ('[pack]\nname = "x"\n[port-classes.c]\nlink_layer = "OmniPath"\n', "InfiniBand or Ethernet"),
+    ('[pack]\nname = "x"\n[port-classes.c]\nlink_layer = "OmniPath"\n', "InfiniBand, Ethernet or Unspecified"),
     ('[pack]\nname = "x"\n[pack.match]\ngpu_name = "H100("\n', "not a valid regex"),
     ('[pack]\nname = "x"\n[pack.match]\nmin_gpu = 8\n', "unknown \\[pack.match\\] key 'min_gpu'"),
     ('[pack]\nname = "x"\n[grade]\nrequired = "port-state"\n', "must be a list"),

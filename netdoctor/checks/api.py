@@ -38,6 +38,7 @@ NEEDS = {
     "nccl-env": "NCCL's settings: the environment and NCCL's config files (nccl-env.json)",
     "loopback": "traffic through each compute NIC, GPU memory to GPU memory (the NIC loopback)",
     "versions": "the OFED and fabric manager versions the report carries (ofed_info -s, nv-fabricmanager --version)",
+    "netdevs": "the node's network interfaces: driver, state, speed, MTU and place on the PCIe tree (netlink, sysfs)",
     "neighbors": "each port's first-hop switch (smpquery by direct route, a recorded iblinkinfo, LLDP from lldpctl)",
 }
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from netdoctor.checks.api import Check
 from netdoctor.inventory.model import Inventory, LinkLayer, SourceState, SourceStatus
+from netdoctor.inventory.queries import unbound_efa_functions
 from netdoctor.probe.result import ProbeNotRun, ProbeResult
 from netdoctor.report.model import Status
 
@@ -33,7 +34,8 @@ def _sources_with_prefix(inventory: Inventory, prefix: str) -> list[SourceStatus
 
 
 def need_rdma(inventory: Inventory, probe: ProbeInput) -> Verdict:
-    if inventory.hcas:
+    # EFA functions whose driver is not bound are RDMA devices the node should have (port-state fails them).
+    if inventory.hcas or unbound_efa_functions(inventory):
         return None
     sysfs = inventory.source("sysfs")
     # The kernel's /sys/class/infiniband is authoritative: when it was read (or is absent
@@ -110,7 +112,8 @@ def need_counters(inventory: Inventory, probe: ProbeInput) -> Verdict:
     verdict = need_rdma(inventory, probe)
     if verdict is not None:
         return verdict
-    if any(port.counters for port in inventory.ports):
+    # EFA has no IBTA counters (no PMA): its hw_counters are all its counters.
+    if any(port.counters or (port.hw_counters and port.link_layer is LinkLayer.UNSPECIFIED) for port in inventory.ports):
         return None
     bad = _first_bad(_sources_with_prefix(inventory, "perfquery-x-"))
     if bad is not None:
@@ -211,6 +214,11 @@ def need_neighbors(inventory: Inventory, probe: ProbeInput) -> Verdict:
     return need_rdma(inventory, probe)
 
 
+def need_netdevs(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    netdevs = inventory.source("netdevs")
+    return (Status.UNKNOWN, netdevs.reason()) if netdevs.state in _BAD_STATES else None
+
+
 need_ib = _link_layer_need(LinkLayer.INFINIBAND, "InfiniBand")
 need_roce = _link_layer_need(LinkLayer.ETHERNET, "RoCE")
 
@@ -233,6 +241,7 @@ NEED_JUDGES: dict[str, Callable[[Inventory, ProbeInput], Verdict]] = {
     "loopback": need_loopback,
     "versions": need_versions,
     "neighbors": need_neighbors,
+    "netdevs": need_netdevs,
 }
 
 

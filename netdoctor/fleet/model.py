@@ -309,7 +309,7 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
 
 # CONTRACT 6.3's version kinds; a node's other keys are not compared.
 VERSION_KINDS = ("driver", "cuda_driver", "vbios", "hca_firmware", "ofed", "mlx5_core", "nccl", "kernel",
-                 "fabric_manager")
+                 "fabric_manager", "efa", "libfabric", "nccl_net_plugin")
 _VERSION_KIND_SET = frozenset(VERSION_KINDS)
 # Kinds given per model (a map model -> version); the others are one string per node.
 _PER_MODEL_KINDS = frozenset(("vbios", "hca_firmware"))

@@ -29,6 +29,7 @@ from netdoctor.fleet.probe_plan import Group, Measurement, NodeFabric, Threshold
 from netdoctor.fleet.report import FleetReport, build_fleet_report
 from netdoctor.fleet.settings import fleet_settings
 from netdoctor.fleet.sweep import SweepOptions, parse_hosts, run_sweep
+from netdoctor.parsers.nccl import network_kind
 
 log = structlog.get_logger(__name__)
 
@@ -127,10 +128,13 @@ def _group_measurement(number: int, group: Group, answers: dict[str, NodeSummary
     transports = [fact.get("transport") for fact in facts if fact.get("transport")]
     transport = next((kind for kind in transports if not kind.endswith("/GDRDMA")), transports[0] if transports else None)
     rails = facts[0].get("rails", {}) if group.rails else {}
+    # NCCL quietly on TCP (no plugin, FI_PROVIDER, NCCL_NET=Socket): said, whatever the busbw.
+    socket = ("NCCL ran over TCP sockets (NET/Socket), not the GPU fabric" if network_kind(transport) == "socket"
+              else "")
     return Measurement(group.hosts, number, min(fact["busbw_gbps"] for fact in facts), rails, transport,
                        sharp=all(fact.get("sharp") for fact in facts) if facts else None,
                        algorithm=facts[0].get("algorithm"),
-                       why=_sharp_why(facts))
+                       why="; ".join(part for part in (socket, _sharp_why(facts)) if part))
 
 
 def _sharp_why(facts: list[dict[str, Any]]) -> str:
@@ -161,7 +165,10 @@ def pair_rows(measurements: list[Measurement], fabrics: dict[str, NodeFabric], t
             ratio = measurement.busbw_gbps / expected
             row["status"] = ("pass" if ratio >= thresholds.pass_fraction else
                              "warn" if ratio >= thresholds.warn_fraction else "fail")
-            if sharp_expected and measurement.sharp is False and row["status"] == "pass":
+            if network_kind(measurement.transport) == "socket":
+                # On sockets the fabric carried nothing: never a pass, whatever the yardstick said.
+                row.update(status="warn" if row["status"] == "pass" else row["status"], why=measurement.why)
+            elif sharp_expected and measurement.sharp is False and row["status"] == "pass":
                 row.update(status="warn", why=measurement.why)
         if measurement.rails:
             row["rails"] = dict(measurement.rails)

@@ -47,7 +47,7 @@ def _facts(log: str) -> dict[str, Any]:
     if facts is None:
         return {}
     algorithm = facts.algorithms[max(facts.algorithms)] if facts.algorithms else None
-    return {"transport": facts.net_transport(), "sharp": facts.sharp_used, "algorithm": algorithm,
+    return {"transport": facts.network_used(), "sharp": facts.sharp_used, "algorithm": algorithm,
             "net_plugin": facts.net_plugin, "net_plugin_missing": facts.net_plugin_missing,
             "collnet_enable": facts.environment.get("NCCL_COLLNET_ENABLE"), "nccl_version": facts.version}
 

@@ -32,7 +32,8 @@ class Scope(enum.StrEnum):
     NODE = "node"                # run once per node
     IB_PORT = "ib-port"          # once per InfiniBand port: fields {dev}, {port}
     ROCE_NETDEV = "roce-netdev"  # once per RoCE netdev (the slaves of a RoCE bond): field {netdev}
-    RDMA_DEVICE = "rdma-device"  # once per RDMA device with a PCI function of its own (no VF): field {dev}
+    RDMA_DEVICE = "rdma-device"  # once per Mellanox RDMA device with a PCI function of its own (no VF, no EFA): field {dev}
+    EFA = "efa"                  # once per node that has an AWS EFA device
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class Source:
     in_snapshot: bool = True           # recorded by `netdoctor capture`, read back from snapshots
     root: bool = False                 # gives full facts only as root (informational: it still runs)
     fabric: bool = False               # sweeps the whole fabric: only with --fabric-scan
+    answer_on_stderr: bool = False     # a failure with only stderr may still be an answer its parser reads
 
     @property
     def is_command(self) -> bool:
@@ -119,6 +121,12 @@ SOURCES: tuple[Source, ...] = (
     # whole (not root when captured); also what a support bundle is expected to hold.
     Source("lspci-vvv", ("lspci", "-vvv", "-D"), "netdoctor.parsers.lspci:parse_lspci_vvv", _needs("pcie-tree"),
            timeout_s=8.0, max_output_bytes=16 * 1024 * 1024, root=True),
+    # AWS EFA: libfabric's view of the devices (the efa provider NCCL's aws-ofi-nccl plugin
+    # needs; gpudirect judges it). Runs only where sysfs named an EFA device.
+    # With no usable efa provider fi_getinfo fails and fi_info says `fi_getinfo: -61` on stderr:
+    # that is the answer "libfabric cannot open EFA", not a broken tool.
+    Source("fi_info-p-efa", ("fi_info", "-p", "efa"), "netdoctor.parsers.fi_info:parse_fi_info", _RDMA, Scope.EFA,
+           timeout_s=5.0, max_output_bytes=4 * 1024 * 1024, answer_on_stderr=True),
     # The rows below feed only the report's `neighbors` and `versions` (no check): they come
     # last, so on a busy node the checks' tools get the runner's workers first. The
     # first-hop switch keeps its own order of trust, smpquery over a fabric scan over LLDP,
@@ -143,6 +151,8 @@ SOURCES: tuple[Source, ...] = (
     Source("nv-fabricmanager-version", ("nv-fabricmanager", "--version"),
            "netdoctor.parsers.versions:parse_fabricmanager_version", _needs("versions"), timeout_s=3.0,
            max_output_bytes=64 * 1024),
+    Source("fi_info-version", ("fi_info", "--version"), "netdoctor.parsers.fi_info:parse_fi_info_version",
+           _needs("versions"), Scope.EFA, timeout_s=3.0, max_output_bytes=64 * 1024),
 )
 
 SOURCES_BY_NAME: dict[str, Source] = {source.name: source for source in SOURCES}

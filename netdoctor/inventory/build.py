@@ -84,13 +84,13 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
 
 
 def _device_jobs(plan: Plan, inventory: Inventory) -> list[Job]:
-    return plan.commands(inventory, Scope.IB_PORT, Scope.ROCE_NETDEV, Scope.RDMA_DEVICE)
+    return plan.commands(inventory, Scope.IB_PORT, Scope.ROCE_NETDEV, Scope.RDMA_DEVICE, Scope.EFA)
 
 
 def _join_commands(draft: Draft, jobs: list[Job], results: dict[str, CommandResult]) -> None:
     """Parse each command's result and join its facts, in the table's order of trust."""
     for job in jobs:
-        parsed = draft.parse_command(results[job.spec.name], parser_of(job.row))
+        parsed = draft.parse_command(results[job.spec.name], parser_of(job.row), answer_on_stderr=job.row.answer_on_stderr)
         if parsed is not None:
             JOINERS[job.row.name](draft, parsed, job.fields)
 

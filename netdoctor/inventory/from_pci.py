@@ -14,7 +14,7 @@ from dataclasses import replace
 
 from netdoctor.errors import ParseError
 from netdoctor.inventory.from_sysfs import read_pcie
-from netdoctor.inventory.hardware import hypervisor_in_dmi
+from netdoctor.inventory.hardware import FABRIC_NETDEV_DRIVERS, hypervisor_in_dmi
 from netdoctor.inventory.merge import Draft, clean
 from netdoctor.inventory.model import PciPathFunction
 from netdoctor.parsers.lspci import LspciFunction
@@ -28,6 +28,10 @@ def _endpoint_addresses(draft: Draft) -> list[str]:
     addresses = {gpu.pci_address for gpu in inventory.gpus if gpu.pci_address}
     addresses |= {hca.pci_address for hca in inventory.hcas if hca.pci_address}
     addresses |= set(inventory.pci_gpus or {})
+    # Cloud fabric NICs nvidia-smi does not show: EFA functions (bound or not) and gVNICs.
+    addresses |= set(inventory.pci_efa or {})
+    addresses |= {netdev.pci_address for netdev in inventory.netdevs if netdev.driver in FABRIC_NETDEV_DRIVERS
+                  and netdev.pci_address}
     return sorted(addresses)
 
 

@@ -10,7 +10,16 @@ import time
 from collections.abc import Callable
 
 from netdoctor.errors import NetdoctorError, ParseError
-from netdoctor.inventory.hardware import NVIDIA_GPU_MODELS, NVIDIA_VENDOR, is_nvidia_gpu_function, is_nvswitch_function
+from netdoctor.inventory.hardware import (
+    AMAZON_VENDOR,
+    NVIDIA_GPU_MODELS,
+    NVIDIA_VENDOR,
+    efa_generation,
+    is_efa,
+    is_efa_function,
+    is_nvidia_gpu_function,
+    is_nvswitch_function,
+)
 from netdoctor.inventory.merge import Draft, clean, noted, pci, quiet
 from netdoctor.inventory.model import GID_SLOTS_READ, Gid, Gpu, Hca, LinkLayer, Netdev, PcieLink, PeerMemory, SourceState
 from netdoctor.parsers import sysfs_values
@@ -34,14 +43,43 @@ def read_sysfs_rdma(draft: Draft) -> None:
         hca.hardware_version = clean(draft.sys.read(f"{base}/hw_rev"))
         hca.pci_address = pci(draft.sys.link_name(f"{base}/device") or _uevent_slot(draft.sys.read(f"{base}/device/uevent")))
         hca.physical_function = pci(draft.sys.link_name(f"{base}/device/physfn"))
+        read_pci_identity(draft, hca, f"{base}/device")
         hca.numa_node = noted(sysfs_values.parse_numa_node, draft.sys.read(f"{base}/device/numa_node"), problems,
                                f"{base}/device/numa_node")
         for port_dir in sorted(draft.sys.listdir(f"{base}/ports"), key=_numeric):
             if not port_dir.isdigit():
                 continue
             read_sysfs_port(draft, hca, int(port_dir), f"{base}/ports/{port_dir}", problems)
+        if is_efa(hca) and len(hca.ports) == 1:
+            # EFA drivers before the port/device split kept every statistic (rx_drops, ...) in the
+            # device's hw_counters; its one port is where they belong.
+            port = next(iter(hca.ports.values()))
+            device_counters = read_counter_dir(draft, f"{base}/hw_counters", problems)
+            for name, value in device_counters.items():
+                if value is not None:
+                    port.hw_counters.setdefault(name, value)
     detail = "; ".join(problems[:5]) + (f" (+{len(problems) - 5} more)" if len(problems) > 5 else "")
     draft.status("sysfs", SourceState.OK, detail, time.monotonic() - started)
+
+
+def read_pci_identity(draft: Draft, hca: Hca, device: str) -> None:
+    """The RDMA device's PCI function: its driver, vendor and device ids; on EFA, which GPU
+    memory its own peer-to-peer path reaches (EFA never uses nvidia_peermem)."""
+    hca.driver = clean(draft.sys.link_name(f"{device}/driver")) or None
+    hca.pci_vendor = sysfs_values.pci_id(draft.sys.read(f"{device}/vendor"))
+    hca.pci_device = sysfs_values.pci_id(draft.sys.read(f"{device}/device"))
+    if not is_efa(hca):
+        return
+    hca.ca_type = hca.ca_type or efa_generation(hca.pci_device)
+    # amzn-drivers efa_sysfs.c: `p2p` holds efa_p2p_provider_string() ("NVIDIA", "NVIDIA
+    # peermem", empty when none); drivers r1.9 to r2.5 had `gdr` ("1" / "0") instead.
+    p2p = draft.sys.read(f"{device}/p2p")
+    if p2p is not None:
+        hca.p2p_providers = sysfs_values.p2p_providers(p2p)
+        return
+    gdr = clean(draft.sys.read(f"{device}/gdr"))
+    if gdr in ("0", "1"):
+        hca.p2p_providers = ("NVIDIA",) if gdr == "1" else ()
 
 
 def read_sysfs_port(draft: Draft, hca: Hca, number: int, base: str, problems: list[str]) -> None:
@@ -117,14 +155,22 @@ def read_pcie(draft: Draft, address: str) -> PcieLink | None:
 
 def read_pci_gpus(draft: Draft) -> None:
     """NVIDIA GPU functions on the PCI bus: what the driver should see, even when it is
-    broken; and the NVSwitches (the fabric the GPUs' NVLinks go through)."""
+    broken; the NVSwitches (the fabric the GPUs' NVLinks go through); and AWS EFA functions,
+    bound to the efa driver or not."""
     if not draft.sys.is_dir("bus/pci/devices"):
         return
     found: dict[str, str] = {}
     switches: list[str] = []
+    efa: dict[str, str] = {}
     for address in sorted(draft.sys.listdir("bus/pci/devices")):
         base = f"bus/pci/devices/{address}"
         vendor = draft.sys.read(f"{base}/vendor")
+        if vendor is not None and vendor.strip().lower() == AMAZON_VENDOR:
+            # EFA functions, bound or not: a device that lost its driver is still named.
+            device = sysfs_values.pci_id(draft.sys.read(f"{base}/device"))
+            if is_efa_function(vendor, device):
+                efa[pci(address) or address] = device or ""
+            continue
         # Read `class` only for NVIDIA functions: a node has hundreds of PCI functions.
         if vendor is None or vendor.strip().lower() != NVIDIA_VENDOR:
             continue
@@ -135,6 +181,7 @@ def read_pci_gpus(draft: Draft) -> None:
             switches.append(pci(address) or address)
     draft.inventory.pci_gpus = found
     draft.inventory.nvswitches = tuple(switches)
+    draft.inventory.pci_efa = efa
 
 
 def gpus_from_pci_bus(draft: Draft) -> None:
@@ -170,6 +217,8 @@ def read_peer_memory(draft: Draft) -> None:
     # MLNX_OFED's mlx5_core (and kernels before 5.10) carry a module version; the inbox driver
     # of a current kernel has none (its version is the kernel's).
     draft.inventory.rdma_driver_version = (clean(draft.sys.read("module/mlx5_core/version")) or "")[:64] or None
+    # The out-of-tree efa driver (AWS's installer) has a version (`2.17.1g`); the kernel's own has none.
+    draft.inventory.efa_driver_version = (clean(draft.sys.read("module/efa/version")) or "")[:64] or None
 
 
 def read_netdevs(draft: Draft) -> None:
@@ -190,6 +239,10 @@ def read_netdevs(draft: Draft) -> None:
         netdev.ecn_np = read_ecn(draft, netdev.name, "roce_np")
         netdev.ecn_rp = read_ecn(draft, netdev.name, "roce_rp")
         netdev.bond_slaves = tuple((draft.sys.read(f"class/net/{netdev.name}/bonding/slaves") or "").split())
+        if netdev.pci_address:
+            netdev.driver = clean(draft.sys.link_name(f"class/net/{netdev.name}/device/driver")) or None
+            netdev.numa_node = quiet(sysfs_values.parse_numa_node,
+                                     draft.sys.read(f"class/net/{netdev.name}/device/numa_node"))
         draft.inventory.netdevs.append(netdev)
     draft.status("netdevs", SourceState.OK, "", time.monotonic() - started)
 

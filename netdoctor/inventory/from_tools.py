@@ -22,7 +22,7 @@ from netdoctor.inventory.from_neighbors import (
     switch_guids_by_lid,
 )
 from netdoctor.inventory.from_pci import join_lspci
-from netdoctor.inventory.hardware import ca_type_from_part_id
+from netdoctor.inventory.hardware import AMAZON_VENDOR, ca_type_from_part_id
 from netdoctor.inventory.merge import Draft, seen_by
 from netdoctor.inventory.model import (
     Conflict,
@@ -88,9 +88,16 @@ def join_ibv_devinfo(draft: Draft, devices: list[IbvDevice], fields: Mapping[str
         draft.merge(hca, {"firmware": device.firmware, "vendor_part_id": device.vendor_part_id,
                           "ca_type": ca_type_from_part_id(device.vendor_part_id), "board_id": device.board_id,
                           "node_guid": device.node_guid}, "ibv_devinfo-v", hca.name)
+        efa = device.vendor_id == int(AMAZON_VENDOR, 16)
+        if efa and device.vendor_part_id:
+            # EFA: ibv_devinfo's ids are the PCI function's (elsewhere vendor_id is an IEEE OUI).
+            draft.merge(hca, {"pci_vendor": AMAZON_VENDOR, "pci_device": f"0x{device.vendor_part_id:04x}"},
+                        "ibv_devinfo-v", hca.name)
         for entry in device.ports:
             port = draft.port(hca, entry.number, "ibv_devinfo-v")
-            draft.merge(port, {"state": entry.state, "phys_state": entry.phys_state, "link_layer": entry.link_layer,
+            # Older rdma-core printed EFA's unspecified link layer as InfiniBand (rdma-core PR #884's capture).
+            layer = None if efa and entry.link_layer is LinkLayer.INFINIBAND else entry.link_layer
+            draft.merge(port, {"state": entry.state, "phys_state": entry.phys_state, "link_layer": layer,
                                "active_mtu": entry.active_mtu, "max_mtu": entry.max_mtu}, "ibv_devinfo-v", port.name)
             if port.is_active:
                 draft.merge(port, {"lid": entry.port_lid, "sm_lid": entry.sm_lid, "rate": entry.rate},
@@ -240,6 +247,15 @@ def join_fabric_manager_version(draft: Draft, version: str, fields: Mapping[str,
     draft.inventory.fabric_manager_version = version
 
 
+def join_fi_info(draft: Draft, providers: list[Any], fields: Mapping[str, str]) -> None:
+    """libfabric's efa provider entries (`fi_info -p efa`): which devices NCCL's OFI plugin can open."""
+    draft.inventory.libfabric_providers = tuple(providers)
+
+
+def join_fi_info_version(draft: Draft, version: str, fields: Mapping[str, str]) -> None:
+    draft.inventory.libfabric_version = version
+
+
 JOINERS: dict[str, Joiner] = {
     "ibstat": join_ibstat,
     "ibv_devinfo-v": join_ibv_devinfo,
@@ -253,6 +269,8 @@ JOINERS: dict[str, Joiner] = {
     "systemctl-show-nvidia-fabricmanager": _join_service("nvidia-fabricmanager"),
     "systemctl-show-nvidia-imex": _join_service("nvidia-imex"),
     "lspci-vvv": join_lspci,
+    "fi_info-p-efa": join_fi_info,
+    "fi_info-version": join_fi_info_version,
     "mlxlink-m-{dev}": join_mlxlink_module,
     "ethtool-m-{netdev}": join_ethtool_module,
     "smpquery-nodeinfo-{dev}-{port}": join_smpquery_nodeinfo,

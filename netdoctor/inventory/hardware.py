@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # the model imports nothing of this module; only the type is named here
+    from netdoctor.inventory.model import Hca
+
 # Mellanox/NVIDIA CA types as `ibstat` and sysfs `hca_type` print them (MT + PCI device id
 # in decimal, which is also ibv_devinfo's `vendor_part_id`).
 HCA_MODELS: dict[str, str] = {
@@ -32,11 +37,45 @@ HCA_MODELS: dict[str, str] = {
 def hca_model(ca_type: str | None) -> str | None:
     if not ca_type:
         return None
-    return HCA_MODELS.get(ca_type.strip().upper())
+    return HCA_MODELS.get(ca_type.strip().upper()) or EFA_MODELS.get(ca_type.strip().lower())
 
 
 def ca_type_from_part_id(vendor_part_id: int | None) -> str | None:
-    return f"MT{vendor_part_id}" if vendor_part_id else None
+    """`MT4129` from ibv_devinfo's vendor_part_id (Mellanox numbers it in decimal); EFA's is its
+    PCI device id (61345 = 0xefa1), named `efa1` like its generation."""
+    if not vendor_part_id:
+        return None
+    return efa_generation(f"0x{vendor_part_id:x}") or f"MT{vendor_part_id}"
+
+
+# Drivers of netdevs that carry a GPU fabric without RDMA: GCP's gVNIC (GPUDirect-TCPX/TCPXO).
+FABRIC_NETDEV_DRIVERS = ("gve",)
+
+# AWS Elastic Fabric Adapter: Amazon's PCI vendor id (ENA shares it; only EFA has an RDMA
+# device), and the EFA generations by PCI device id (amzn-drivers efa_main.c efa_pci_tbl).
+AMAZON_VENDOR = "0x1d0f"
+EFA_MODELS: dict[str, str] = {
+    "efa0": "EFA (gen 1)",
+    "efa1": "EFA (gen 2)",
+    "efa2": "EFA (gen 3)",
+    "efa3": "EFA (gen 4)",
+}
+
+
+def efa_generation(pci_device: str | None) -> str | None:
+    """`0xefa1` -> `efa1`; None for anything that is not an EFA device id."""
+    name = (pci_device or "").strip().lower().removeprefix("0x")
+    return name if name in EFA_MODELS else None
+
+
+def is_efa_function(vendor: str | None, device: str | None) -> bool:
+    """An EFA PCI function (bound to its driver or not)."""
+    return (vendor or "").strip().lower() == AMAZON_VENDOR and efa_generation(device) is not None
+
+
+def is_efa(hca: "Hca") -> bool:
+    """An EFA RDMA device: its driver says so, or its PCI ids do (a snapshot without the driver link)."""
+    return hca.driver == "efa" or is_efa_function(hca.pci_vendor, hca.pci_device) or (hca.ca_type or "") in EFA_MODELS
 
 
 NVIDIA_VENDOR = "0x10de"

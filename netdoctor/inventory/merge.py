@@ -57,8 +57,11 @@ class Draft:
                 self.inventory.conflicts.append(
                     Conflict(subject, attribute, {first: _shown(current), source: _shown(value)}, chosen=first))
 
-    def parse_command(self, result: CommandResult, parser: Callable[[str], T]) -> T | None:
-        """Parse a command's output, recording the source status. Returns None when unusable."""
+    def parse_command(self, result: CommandResult, parser: Callable[[str], T], *, answer_on_stderr: bool = False) -> T | None:
+        """Parse a command's output, recording the source status. Returns None when unusable.
+
+        `answer_on_stderr`: the tool states "nothing found" on stderr with a failure status
+        (`fi_info -p efa`: `fi_getinfo: -61 (No data available)`), which its parser reads."""
         name = result.name
         if result.state is CommandState.MISSING:
             self.status(name, SourceState.MISSING, result.describe(), result.duration_s)
@@ -68,10 +71,12 @@ class Draft:
             detail = f"after {result.duration_s:.1f} s" if result.duration_s > 0 else ""
             self.status(name, SourceState.TIMEOUT, detail, result.duration_s)
             return None
-        if result.state is CommandState.ERROR and not result.stdout.strip():
-            self.status(name, SourceState.ERROR, result.describe(), result.duration_s)
-            return None
         text = result.stdout
+        if result.state is CommandState.ERROR and not text.strip():
+            if not (answer_on_stderr and result.stderr.strip()):
+                self.status(name, SourceState.ERROR, result.describe(), result.duration_s)
+                return None
+            text = result.stderr
         if result.truncated:
             # Cut at the size cap: parse the complete lines, not the half line at the end.
             text = text[: text.rfind("\n") + 1]
@@ -86,7 +91,10 @@ class Draft:
                 self.status(name, SourceState.PARSE_ERROR, str(error), result.duration_s)
             log.warning("unparseable tool output", source=name, error=str(error))
             return None
-        if result.state is CommandState.ERROR:
+        if text is result.stderr:
+            self.status(name, SourceState.OK, "answered on stderr: " + result.describe().partition(": ")[2],
+                        result.duration_s)
+        elif result.state is CommandState.ERROR:
             # e.g. ibstat exits 255 after printing good records and an `ibpanic:` line.
             self.status(name, SourceState.ERROR, result.describe() + " (partial output used)", result.duration_s)
         else:

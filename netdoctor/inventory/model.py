@@ -26,6 +26,7 @@ from netdoctor.inventory.fabric_model import (  # noqa: F401  (re-exported)
     PcieLink,
     ServiceState,
 )
+from netdoctor.parsers.fi_info import FiProvider
 from netdoctor.parsers.lldpctl import LldpNeighbor
 from netdoctor.parsers.nccl_env import NcclSettings
 from netdoctor.vocabulary import LinkLayer, LinkRate, PhysState, PortState, Topology
@@ -154,6 +155,12 @@ class Hca:
     vendor_part_id: int | None = None
     pci_address: str | None = None
     numa_node: int | None = None
+    driver: str | None = None         # the PCI function's kernel driver: mlx5_core, efa
+    pci_vendor: str | None = None     # `0x15b3` (Mellanox), `0x1d0f` (Amazon: EFA)
+    pci_device: str | None = None     # `0x1021`, `0xefa1`
+    # AWS EFA: the GPUDirect providers its driver was built with (`p2p` of the PCI function,
+    # e.g. ("NVIDIA",)); None: not read, or not EFA.
+    p2p_providers: tuple[str, ...] | None = None
     # SR-IOV: the physical function's PCI address when this device is a virtual function
     # (a VF's link is the PF's; it is judged through the PF).
     physical_function: str | None = None
@@ -190,6 +197,8 @@ class Netdev:
     ecn_rp: dict[int, bool] = field(default_factory=dict)
     # A bond (RoCE LAG, mlx5_bond_N): its slaves carry the PFC/ECN settings.
     bond_slaves: tuple[str, ...] = ()
+    driver: str | None = None         # the PCI function's kernel driver: gve (GCP gVNIC), ena, mlx5_core
+    numa_node: int | None = None
     sources: tuple[str, ...] = ()
 
     @property
@@ -261,6 +270,9 @@ class Inventory:
     # NVIDIA GPU functions on the PCI bus (address -> PCI device id), whatever the driver
     # says; None when the PCI bus was not read (e.g. a snapshot without it).
     pci_gpus: dict[str, str] | None = None
+    # AWS EFA functions on the PCI bus (address -> PCI device id), bound to a driver or not;
+    # None when the PCI bus was not read.
+    pci_efa: dict[str, str] | None = None
     topology: Topology | None = None
     peer_memory: PeerMemory = field(default_factory=PeerMemory)
     nvidia_module_loaded: bool | None = None   # /sys/module/nvidia: the kernel driver is loaded
@@ -281,6 +293,11 @@ class Inventory:
     rdma_driver_version: str | None = None     # /sys/module/mlx5_core/version (MLNX_OFED's, older kernels)
     fabric_manager_version: str | None = None  # nv-fabricmanager --version: `580.95.05`
     lldp: dict[str, LldpNeighbor] = field(default_factory=dict)   # local netdev -> what lldpd heard there
+    # AWS EFA: libfabric's efa provider entries (`fi_info -p efa`; None: not run or failed), its
+    # version (`fi_info --version`), the efa module's version (/sys/module/efa/version).
+    libfabric_providers: tuple[FiProvider, ...] | None = None
+    libfabric_version: str | None = None
+    efa_driver_version: str | None = None
     sources: dict[str, SourceStatus] = field(default_factory=dict)
     conflicts: list[Conflict] = field(default_factory=list)
 

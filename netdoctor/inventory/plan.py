@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from netdoctor.host.sources import SOURCES, SOURCES_BY_NAME, Scope, Source
 from netdoctor.host.types import CommandSpec
+from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import Inventory, LinkLayer
 
 # What judging a need also reads. The needs gate judges ib/roce/counters/qos through rdma;
@@ -26,7 +27,8 @@ IMPLIED_NEEDS: dict[str, frozenset[str]] = {
     "roce": frozenset({"rdma"}),
     "counters": frozenset({"rdma"}),
     "qos": frozenset({"roce"}),
-    "rdma": frozenset({"gpus", "topology"}),
+    # EFA sits beside its GPU only in the PCIe tree; its GPUDirect hangs on FI_EFA_USE_DEVICE_RDMA.
+    "rdma": frozenset({"gpus", "topology", "pcie-tree", "nccl-env"}),
     "topology": frozenset({"gpus"}),
     "pcie": frozenset({"gpus", "rdma", "pcie-tree"}),   # with the uplinks of the switches above them
     "probe": frozenset({"gpus", "topology", "rdma"}),
@@ -38,6 +40,7 @@ IMPLIED_NEEDS: dict[str, frozenset[str]] = {
     "nccl-env": frozenset({"rdma", "gpus", "pcie-tree"}),
     "loopback": frozenset({"gpus", "topology", "rdma", "pcie-tree"}),   # rails, their GPUs, passive causes
     "neighbors": frozenset({"rdma"}),            # a neighbour is found per RDMA port (its GUIDs, LIDs, netdev)
+    "netdevs": frozenset({"gpus", "pcie-tree"}),   # a GPU NIC is a netdev on a GPU's PCIe switch
 }
 # Needs that only the report's `versions` and `neighbors` read: no check judges them, so a
 # source serving only these that hangs is not reported as a check that judged without it.
@@ -141,7 +144,10 @@ def targets(scope: Scope, inventory: Inventory) -> list[dict[str, str]]:
         return [{"dev": port.hca, "port": str(port.number)} for port in inventory.ports
                 if port.link_layer is LinkLayer.INFINIBAND]
     if scope is Scope.RDMA_DEVICE:
-        return [{"dev": hca.name} for hca in inventory.hcas if hca.pci_address and not hca.physical_function]
+        return [{"dev": hca.name} for hca in inventory.hcas
+                if hca.pci_address and not hca.physical_function and not is_efa(hca)]
+    if scope is Scope.EFA:
+        return [{}] if any(is_efa(hca) for hca in inventory.hcas) else []
     return [{"netdev": name} for name in sorted(_roce_netdevs(inventory))]
 
 

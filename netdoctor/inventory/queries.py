@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from netdoctor.inventory.hardware import FABRIC_NETDEV_DRIVERS, efa_generation, is_efa
 from netdoctor.inventory.model import Gpu, Hca, Inventory, PciPathFunction
+from netdoctor.util import natural_key
 
 # PCIe distances from `nvidia-smi topo -m` that put a NIC next to a GPU: at most one bridge
 # (PIX) or several bridges of one PCIe switch tree (PXB), never through the CPU's root complex.
@@ -81,6 +83,13 @@ def nearest_gpu(inventory: Inventory, hca: Hca) -> tuple[Gpu | None, str]:
         if ranked:
             rank, gpu = min(ranked, key=lambda item: (item[0], item[1].index))
             return gpu, f"{TOPO_LEVELS[rank]} in nvidia-smi topo -m"
+    if is_efa(hca) and hca.pci_address:
+        # nvidia-smi does not show EFA devices: the PCIe tree places them.
+        ranked = [(TOPO_LEVELS.index(level), gpu) for gpu in gpus if gpu.pci_address
+                  and (level := pcie_level(inventory, gpu.pci_address, hca.pci_address)) in NEAR_GPU_LEVELS]
+        if ranked:
+            rank, gpu = min(ranked, key=lambda item: (item[0], item[1].index))
+            return gpu, f"{TOPO_LEVELS[rank]} in the PCIe tree"
     same_node = [gpu for gpu in gpus if hca.numa_node is not None and gpu.numa_node == hca.numa_node]
     if same_node:
         return same_node[0], f"NUMA node {hca.numa_node}"
@@ -117,11 +126,12 @@ def unavailable_reason(inventory: Inventory, *source_names: str) -> str:
     return f"not reported by {' or '.join(source_names)}"
 
 
-def versions(inventory: Inventory, nccl: str | None = None) -> dict[str, Any]:
+def versions(inventory: Inventory, nccl: str | None = None, net_plugin: str | None = None) -> dict[str, Any]:
     """The software and firmware versions the node reports (CONTRACT 6.3 `versions`): what a
     fleet compares to find the odd node. Several values of one kind on one node are all kept.
 
-    `nccl`: the NCCL library version the probe (or the NIC loopback) loaded, where one ran.
+    `nccl`: the NCCL library version the probe (or the NIC loopback) loaded, where one ran;
+    `net_plugin`: the network plugin it loaded (`aws-ofi-nccl 1.14.2`, `GPUDirectTCPX 3.1.8`).
     `ofed` is what `ofed_info -s` printed; `mlx5_core` the loaded module's version where it has
     one (MLNX_OFED's modules do, `23.10-1.1.9`; inbox ones do not)."""
     found: dict[str, Any] = {}
@@ -130,8 +140,9 @@ def versions(inventory: Inventory, nccl: str | None = None) -> dict[str, Any]:
     cuda = inventory.cuda_driver_version
     if cuda:
         found["cuda_driver"] = f"{cuda // 1000}.{cuda % 1000 // 10}"
+    # EFA has no firmware a node sees (fw_ver 0.0.0.0 everywhere): its drift is the efa driver's.
     for key, pairs in (("hca_firmware", [(f"{hca.ca_type or hca.model or '?'} {hca.board_id or '?'}", hca.firmware)
-                                         for hca in inventory.hcas if not hca.is_virtual_function]),
+                                         for hca in inventory.hcas if not hca.is_virtual_function and not is_efa(hca)]),
                        ("vbios", [(gpu.name or "?", gpu.vbios_version) for gpu in inventory.gpus])):
         values: dict[str, set[str]] = {}
         for what, version in pairs:
@@ -148,8 +159,15 @@ def versions(inventory: Inventory, nccl: str | None = None) -> dict[str, Any]:
         found["mlx5_core"] = inventory.rdma_driver_version
     if inventory.fabric_manager_version:
         found["fabric_manager"] = inventory.fabric_manager_version
+    # AWS EFA's stack: the efa driver and libfabric (aws-ofi-nccl shows in NCCL's own log).
+    if inventory.efa_driver_version:
+        found["efa"] = inventory.efa_driver_version
+    if inventory.libfabric_version:
+        found["libfabric"] = inventory.libfabric_version
     if nccl:
         found["nccl"] = nccl
+    if net_plugin:
+        found["nccl_net_plugin"] = net_plugin      # `aws-ofi-nccl 1.14.2`, from NCCL's own log
     return found
 
 
@@ -194,3 +212,64 @@ def path_from_root(tree: dict[str, PciPathFunction], address: str) -> list[str]:
         path.append(parent)
     return path[::-1]
 
+
+def unbound_efa_functions(inventory: Inventory) -> dict[str, str]:
+    """EFA PCI functions with no RDMA device (address -> `efa1`): the driver is not bound to them
+    or they failed to initialise. Empty where the PCI bus was not read."""
+    bound = {hca.pci_address for hca in inventory.hcas if hca.pci_address}
+    return {address: efa_generation(device) or device
+            for address, device in sorted((inventory.pci_efa or {}).items()) if address not in bound}
+
+
+def pcie_level(inventory: Inventory, first: str, second: str) -> str | None:
+    """The `nvidia-smi topo -m` distance between two PCI functions, read from the PCIe tree:
+    PIX (one bridge between them), PXB (a switch), PHB (only the root port), NODE/SYS (other
+    root ports, by NUMA node). None where the tree does not hold both, or either sits on a root
+    bus with no bridge above it (a flattened virtual machine: no place to read)."""
+    tree = inventory.pci_tree or {}
+    if first not in tree or second not in tree:
+        return None
+    path_a, path_b = path_from_root(tree, first), path_from_root(tree, second)
+    if len(path_a) < 2 or len(path_b) < 2:
+        return None
+    shared = 0
+    while shared < min(len(path_a), len(path_b)) - 1 and path_a[shared] == path_b[shared]:
+        shared += 1
+    if shared == 0:
+        numa_a, numa_b = _numa_of(inventory, first), _numa_of(inventory, second)
+        if numa_a is None or numa_b is None:
+            return None
+        return "NODE" if numa_a == numa_b else "SYS"
+    if shared == 1 and tree[path_a[0]].port_type in (None, "root_port"):
+        return "PHB"
+    return "PIX" if path_a[-2] == path_b[-2] else "PXB"
+
+
+def _numa_of(inventory: Inventory, address: str) -> int | None:
+    for gpu in inventory.gpus:
+        if gpu.pci_address == address:
+            return gpu.numa_node
+    for hca in inventory.hcas:
+        if hca.pci_address == address:
+            return hca.numa_node
+    for netdev in inventory.netdevs:
+        if netdev.pci_address == address:
+            return netdev.numa_node
+    return None
+
+
+def gpu_fabric_netdevs(inventory: Inventory) -> dict[str, list[str]] | None:
+    """The netdevs that carry a GPU fabric without RDMA (GCP gVNIC for GPUDirect-TCPX/TCPXO):
+    netdev -> the GPUs on its PCIe switch, for each fabric-driver netdev that shares a switch with
+    a GPU. The primary gVNIC, on the root bus, is not one of them. None where the node has no such
+    netdev, or the PCIe tree cannot place them."""
+    candidates = [netdev for netdev in inventory.netdevs if netdev.driver in FABRIC_NETDEV_DRIVERS and netdev.pci_address]
+    if not candidates or not inventory.pci_tree:
+        return None
+    placed: dict[str, list[str]] = {}
+    for netdev in sorted(candidates, key=lambda item: natural_key(item.name)):
+        near = [gpu.label for gpu in sorted(inventory.gpus, key=lambda gpu: gpu.index) if gpu.pci_address
+                and pcie_level(inventory, gpu.pci_address, netdev.pci_address or "") in NEAR_GPU_LEVELS]
+        if near:
+            placed[netdev.name] = near
+    return placed or None

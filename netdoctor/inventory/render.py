@@ -7,11 +7,12 @@ import enum
 from datetime import datetime
 from typing import Any
 
+from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import FirstHop, Gpu, Inventory, LinkLayer, SourceState
-from netdoctor.inventory.queries import path_from_root, pci_endpoints
+from netdoctor.inventory.queries import gpu_fabric_netdevs, nearest_gpu, path_from_root, pci_endpoints
 from netdoctor.vocabulary import NVML_NVLINK_VERSIONS
 from netdoctor.textsafe import safe_text
-from netdoctor.util import iso_utc
+from netdoctor.util import iso_utc, natural_key
 
 SCHEMA = "netdoctor.inventory/1"
 
@@ -124,6 +125,34 @@ def _fabric_lines(inventory: Inventory) -> list[str]:
     return lines
 
 
+def _cloud_fabric_lines(inventory: Inventory) -> list[str]:
+    """AWS EFA and GCP GPUDirect-TCPX/TCPXO: which fabric NICs each GPU has, and the software NCCL goes through."""
+    lines: list[str] = []
+    efa = [hca for hca in inventory.hcas if is_efa(hca)]
+    if efa:
+        by_gpu: dict[str, list[str]] = {}
+        for hca in efa:
+            gpu, _ = nearest_gpu(inventory, hca)
+            by_gpu.setdefault(gpu.label if gpu is not None else "no GPU near", []).append(hca.name)
+        lines += ["", f"AWS EFA ({len(efa)} devices; the driver reports every device ACTIVE, so counters tell its health)"]
+        lines += [f"  {label}: {' '.join(names)}" for label, names in sorted(by_gpu.items(), key=lambda item: natural_key(item[0]))]
+        providers = sorted({", ".join(hca.p2p_providers) or "none" for hca in efa if hca.p2p_providers is not None})
+        lines.append(f"  GPUDirect (efa p2p): {'; '.join(providers) or '-'}; efa driver {_or_dash(inventory.efa_driver_version)}")
+        opened = {entry.domain for entry in inventory.libfabric_providers or ()
+                  if entry.provider == "efa" and entry.ep_type == "FI_EP_RDM"}
+        libfabric = (f"efa provider opens {len(opened)} devices (RDM)" if inventory.libfabric_providers is not None
+                     else inventory.source("fi_info-p-efa").reason())
+        lines.append(f"  libfabric {_or_dash(inventory.libfabric_version)}: {libfabric}")
+    placed = gpu_fabric_netdevs(inventory)
+    if placed:
+        lines += ["", f"GPU NICs without RDMA (gVNIC, GPUDirect-TCPX/TCPXO): {len(placed)}"]
+        lines += [f"  {name}: {' '.join(gpus)}" for name, gpus in placed.items()]
+        settings = sorted(name for name in (inventory.nccl.settings if inventory.nccl else {})
+                          if name.startswith(("NCCL_GPUDIRECTTCPX_", "NCCL_FASTRAK_")))
+        lines.append(f"  plugin settings: {', '.join(settings) or 'none (no NCCL_GPUDIRECTTCPX_* / NCCL_FASTRAK_*)'}")
+    return lines
+
+
 def _module_lines(inventory: Inventory) -> list[str]:
     """Each RDMA port's module: what it is, its temperature and the spread of its lanes."""
     if not inventory.transceivers:
@@ -206,7 +235,8 @@ def render_inventory_text(inventory: Inventory) -> str:
             if not hca.ports:
                 rows.append(device + ["-"] * 9)
             for port in sorted(hca.ports.values(), key=lambda p: p.number):
-                layer = {LinkLayer.INFINIBAND: "IB", LinkLayer.ETHERNET: "Eth"}.get(port.link_layer, "-") if port.link_layer else "-"
+                layer = "EFA" if is_efa(hca) else (
+                    {LinkLayer.INFINIBAND: "IB", LinkLayer.ETHERNET: "Eth"}.get(port.link_layer, "-") if port.link_layer else "-")
                 state = f"{_or_dash(port.state)}/{_or_dash(port.phys_state)}"
                 rows.append(device + [str(port.number), state, port.rate.describe() if port.rate else "-", layer,
                                       _or_dash(port.lid), _or_dash(port.sm_lid), _or_dash(port.active_mtu), _or_dash(port.netdev),
@@ -228,8 +258,9 @@ def render_inventory_text(inventory: Inventory) -> str:
                 qos = f"trust {_or_dash(netdev.qos.trust)}, PFC {','.join(map(str, netdev.qos.pfc_enabled)) or 'off'}"
             ecn = ",".join(str(prio) for prio, on in sorted(netdev.ecn_np.items()) if on) or ("off" if netdev.ecn_np else "-")
             rows.append([netdev.name, kind, _or_dash(netdev.mtu), _or_dash(netdev.operstate), speed,
-                         _or_dash(netdev.pci_address), _or_dash(netdev.rdma_port), qos, ecn])
-        lines += _table(["netdev", "type", "MTU", "state", "speed", "PCI", "RDMA port", "QoS", "ECN prio"], rows)
+                         _or_dash(netdev.pci_address), _or_dash(netdev.driver), _or_dash(netdev.rdma_port), qos, ecn])
+        lines += _table(["netdev", "type", "MTU", "state", "speed", "PCI", "driver", "RDMA port", "QoS", "ECN prio"], rows)
+    lines += _cloud_fabric_lines(inventory)
 
     topology = inventory.topology
     if topology is not None and topology.gpus:
@@ -259,6 +290,8 @@ def render_inventory_text(inventory: Inventory) -> str:
         gpudirect += "; DMA-BUF supported by every GPU"
     elif False in dmabuf:
         gpudirect += "; DMA-BUF not supported"
+    if any(is_efa(hca) for hca in inventory.hcas):
+        gpudirect += " (EFA does not use them: see its p2p provider above)"
     lines += ["", f"GPUDirect RDMA: {gpudirect}"]
 
     if not_found:

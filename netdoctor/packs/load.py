@@ -53,6 +53,8 @@ MATCH_FIELDS: dict[str, type | tuple[type, ...]] = {
     "min_fabric_ports": int,
     "max_fabric_ports": int,
     "min_port_rate_gbps": (int, float),
+    "min_gpu_netdevs": int,
+    "max_gpu_netdevs": int,
 }
 
 
@@ -257,7 +259,7 @@ def _port_classes(table: Any, origin: str) -> list[PortClass]:
         link_layer = spec.get("link_layer")
         if link_layer is not None and link_layer.lower() not in {layer.value.lower() for layer in LinkLayer}:
             raise RulesError(f"rule pack {origin}: port-classes.{name}.link_layer = {link_layer!r}; "
-                             f"must be InfiniBand or Ethernet")
+                             f"must be InfiniBand, Ethernet or Unspecified")
         rate = spec.get("expected_rate_gbps")
         classes.append(PortClass(
             name=name,

@@ -18,7 +18,7 @@ import structlog
 
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory, Port, PortState
-from netdoctor.inventory.queries import physical_function
+from netdoctor.inventory.queries import gpu_fabric_netdevs, physical_function
 from netdoctor.packs.load import DEFAULT_PACK, RULES_PACKAGE, bundled_packs, load_pack, read_pack
 from netdoctor.packs.model import PortClass, RulePack
 
@@ -123,6 +123,15 @@ def match_reasons(data: Mapping[str, Any], classes: list[PortClass], inventory: 
         if "max_fabric_ports" in match and count > match["max_fabric_ports"]:
             return False, [f"{count} {what}, more than {match['max_fabric_ports']}"]
         held.append(f"{count} {what}")
+    if "min_gpu_netdevs" in match or "max_gpu_netdevs" in match:
+        # GPU NICs without RDMA (gVNIC for GCP's GPUDirect-TCPX/TCPXO), placed on the PCIe tree.
+        netdevs = len(gpu_fabric_netdevs(inventory) or {})
+        if "min_gpu_netdevs" in match and netdevs < match["min_gpu_netdevs"]:
+            return False, [f"{netdevs} GPU NICs without RDMA (gVNIC on a GPU's PCIe switch), fewer than "
+                           f"{match['min_gpu_netdevs']}"]
+        if "max_gpu_netdevs" in match and netdevs > match["max_gpu_netdevs"]:
+            return False, [f"{netdevs} GPU NICs without RDMA, more than {match['max_gpu_netdevs']}"]
+        held.append(f"{netdevs} GPU NICs without RDMA (gVNIC)")
     return True, held
 
 

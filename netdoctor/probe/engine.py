@@ -251,8 +251,15 @@ def assemble(run: WorkerRun, budget_s: float, **measured: Any) -> ProbeResult:
     result.setdefault("localisation", [])
     result.setdefault("gpu_count", len(result["gpus"]))
     result.setdefault("nccl_version", facts.version.split("+")[0] if facts and facts.version else None)
+    result.setdefault("net_plugin", net_plugin_of(facts))
     result["busbw_gbps"] = result["sizes"][-1]["busbw_gbps"] if result["sizes"] else None
     result["nccl_warnings"] = [line.message for line in facts.warnings][:10] if facts else []
     return dataclasses.replace(ProbeResult.from_json(result), transport=describe_transport(facts))
 
 
+
+
+
+def net_plugin_of(facts: NcclLogFacts | None) -> str | None:
+    """The network plugin NCCL loaded and its version (`aws-ofi-nccl 1.14.2`), as the report's versions carry it."""
+    return facts.net_plugin_version[:80] if facts is not None and facts.net_plugin_version else None

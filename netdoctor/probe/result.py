@@ -172,6 +172,7 @@ class ProbeResult:
     gpu_links: tuple[GpuLinks, ...] | None = None   # None: the engine did not get as far as NVML
     devices: tuple[ProbeDevice, ...] | None = None
     nccl_version: str | None = None
+    net_plugin: str | None = None                # NCCL's network plugin and its version: `aws-ofi-nccl 1.14.2`
     nccl_warnings: tuple[str, ...] | None = None
     duration_s: float = 0.0
     timeout_phase: str | None = None             # nccl-init | all-reduce
@@ -205,7 +206,8 @@ class ProbeResult:
             "localisation": [row.to_json() for row in self.localisation],
             "timings": None if self.timings is None else dict(self.timings),
             "cuda_driver_version": self.cuda_driver_version, "gpus": list(self.gpus), "gpu_count": self.gpu_count,
-            "nccl_version": self.nccl_version, "nccl_library": self.nccl_library, "devices": devices,
+            "nccl_version": self.nccl_version, "net_plugin": self.net_plugin, "nccl_library": self.nccl_library,
+            "devices": devices,
             "verification": self.verification,
             "truncated": self.truncated, "worker_s": self.worker_s, "timeout_phase": self.timeout_phase,
             "busbw_gbps": self.busbw_gbps, "transport": self.transport.to_json(), "nccl_warnings": warnings,
@@ -234,6 +236,7 @@ class ProbeResult:
                 ProbeDevice(entry["index"], entry.get("name") or None, entry.get("pci_bus_id"))
                 for entry in devices if isinstance(entry, Mapping) and isinstance(entry.get("index"), int)),
             nccl_version=data.get("nccl_version"),
+            net_plugin=data.get("net_plugin") if isinstance(data.get("net_plugin"), str) else None,
             nccl_warnings=None if warnings is None else tuple(str(line) for line in warnings),
             duration_s=float(data.get("duration_s") or 0.0), timeout_phase=data.get("timeout_phase"),
             truncated=data.get("truncated"), budget_s=data.get("budget_s"), min_budget_s=data.get("min_budget_s"),
