@@ -73,13 +73,18 @@ def _judge_netdev(ctx: CheckContext, netdev: Netdev, gpus: list[str]) -> Finding
                           remedy=f"`ip link set {netdev.name} up`; check the guest's network configuration for "
                                  "this NIC's VPC (each GPU NIC has its own)")
     speed = int(ctx.rule("expected_speed_mbps"))
+    minimum = int(ctx.rule("min_mtu"))
+    unread = [what for what, wanted, value in (("speed", speed, netdev.speed_mbps), ("MTU", minimum, netdev.mtu))
+              if wanted > 0 and value is None]
+    if unread:
+        return ctx.unknown(netdev.name, f"GPU NIC of {', '.join(gpus)} is up, but its {' and '.join(unread)} could "
+                           "not be read (/sys/class/net/IF/speed, mtu)", evidence=evidence)
     if speed > 0 and netdev.speed_mbps is not None and netdev.speed_mbps < speed:
         return ctx.graded(ctx.severity("slow_severity"), netdev.name,
                           f"GPU NIC runs at {netdev.speed_mbps / 1000:g} Gb/s, expected {speed / 1000:g} Gb/s",
                           evidence=evidence, rule="expected_speed_mbps",
                           remedy="a gVNIC reports the bandwidth the instance type gives it: check the machine type "
                                  "and the gve driver version (`ethtool -i`)")
-    minimum = int(ctx.rule("min_mtu"))
     if minimum > 0 and netdev.mtu is not None and netdev.mtu < minimum:
         return ctx.graded(ctx.severity("mtu_severity"), netdev.name,
                           f"GPU NIC MTU {netdev.mtu} is below {minimum}: GPUDirect-TCPX moves fewer bytes per "

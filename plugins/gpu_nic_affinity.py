@@ -236,7 +236,7 @@ def _too_few_near_nics(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], e
 
 
 @check(CHECK_ID, "each GPU has a compute NIC on its own PCIe switch / NUMA node; rails are not crossed or shared",
-       needs=("gpus", "rdma"), order=80)
+       needs=("gpus", "rdma", "placement"), order=80)
 def gpu_nic_affinity(ctx: CheckContext) -> Iterator[Finding]:
     inventory = ctx.inventory
     if not inventory.gpus or not inventory.hcas:

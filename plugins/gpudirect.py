@@ -34,7 +34,7 @@ REMEDY = ("modprobe nvidia-peermem (after the NVIDIA driver and the RDMA stack a
 
 
 @check(CHECK_ID, "GPUDirect RDMA readiness: nvidia_peermem (or nv_peer_mem) loaded, or a DMA-BUF path on every GPU",
-       needs=("gpus", "rdma"), order=70)
+       needs=("gpus", "rdma", "efa"), order=70)
 def gpudirect(ctx: CheckContext) -> Iterator[Finding]:
     inventory = ctx.inventory
     if not inventory.hcas:
@@ -46,7 +46,8 @@ def gpudirect(ctx: CheckContext) -> Iterator[Finding]:
     efa = [hca for hca in inventory.hcas if is_efa(hca)]
     if efa:
         yield from _judge_efa(ctx, efa)
-        return
+        if len(efa) == len(inventory.hcas):
+            return      # other RDMA devices beside EFA still need peer memory or DMA-BUF
     peer = inventory.peer_memory
     dmabuf = {gpu.label: gpu.dmabuf_supported for gpu in sorted(inventory.gpus, key=lambda gpu: gpu.index)}
     evidence: dict[str, Any] = {

@@ -261,7 +261,15 @@ def _judge_pkeys(ctx: CheckContext, ports: list[Port]) -> Iterator[Finding]:
 
 def _judge_unbound_efa(ctx: CheckContext) -> Iterator[Finding]:
     """EFA functions on the PCI bus that have no RDMA device: a rail the node lost."""
-    for address, model in unbound_efa_functions(ctx.inventory).items():
+    inventory = ctx.inventory
+    efa = [hca for hca in inventory.hcas if is_efa(hca)]
+    functions = len(inventory.pci_efa or {})
+    if any(not hca.pci_address for hca in efa) and functions > len(efa):
+        # Which function lacks its device cannot be told without the devices' PCI addresses.
+        yield ctx.unknown("node", f"{functions} EFA functions on the PCI bus but {len(efa)} EFA devices; which are "
+                          "missing is unknown (the devices' PCI functions were not read)",
+                          evidence={"efa_functions": functions, "efa_devices": len(efa)})
+    for address, model in unbound_efa_functions(inventory).items():
         yield ctx.graded(ctx.rule("not_active_severity"), address,
                          f"EFA device {address} ({model}) is on the PCI bus but has no RDMA device: the efa driver "
                          "is not bound to it or the device failed to initialise",

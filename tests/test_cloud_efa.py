@@ -191,7 +191,7 @@ def test_p5_libfabric_opens_an_rdm_domain_per_device(p5: Inventory) -> None:
 def test_p5_pcie_levels_from_the_tree(p5: Inventory) -> None:
     gpu0 = p5.gpus[0].pci_address
     assert gpu0 == "0000:53:00.0"
-    assert queries.pcie_level(p5, gpu0, "0000:4f:00.0") == "PXB"                    # its own switch
+    assert queries.pcie_level(p5, gpu0, "0000:4f:00.0") == "PIX"                    # its own switch
     assert queries.pcie_level(p5, gpu0, p5.hca("rdmap96s0").pci_address) == "NODE"   # GPU1's, same socket
     assert queries.pcie_level(p5, gpu0, p5.hca("rdmap147s0").pci_address) == "SYS"   # GPU4's, other socket
     assert queries.pcie_level(p5, gpu0, "0000:ff:00.0") is None                      # not in the tree
@@ -200,7 +200,7 @@ def test_p5_pcie_levels_from_the_tree(p5: Inventory) -> None:
 def test_p5_nearest_gpu_of_an_efa_device_comes_from_the_pcie_tree(p5: Inventory) -> None:
     nearest, basis = queries.nearest_gpu(p5, p5.hca("rdmap79s0"))
     assert nearest is not None and nearest.index == 0
-    assert basis == "PXB in the PCIe tree"
+    assert basis == "PIX in the PCIe tree"
     nearest, basis = queries.nearest_gpu(p5, p5.hca("rdmap201s0"))
     assert nearest is not None and nearest.index == 7 and "PCIe tree" in basis
 
@@ -568,11 +568,11 @@ def test_gpu_nic_affinity_reads_efa_placement_from_the_pcie_tree(p5: Inventory) 
     assert statuses(findings) == {Status.PASS}
     finding = only(findings, "GPU4")
     levels = finding.evidence["levels"]
-    assert [name for name, level in levels.items() if level == "PXB"] == [
+    assert [name for name, level in levels.items() if level == "PIX"] == [
         "rdmap147s0", "rdmap148s0", "rdmap149s0", "rdmap150s0"]
     assert levels["rdmap164s0"] == "NODE"       # GPU5's switch, same socket
     assert levels["rdmap79s0"] == "SYS"         # GPU0's, across the socket
-    assert sorted(Counter(levels.values()).items()) == [("NODE", 12), ("PXB", 4), ("SYS", 16)]
+    assert sorted(Counter(levels.values()).items()) == [("NODE", 12), ("PIX", 4), ("SYS", 16)]
     assert finding.evidence["near_nics"] == ["rdmap147s0", "rdmap148s0", "rdmap149s0", "rdmap150s0"]
 
 
@@ -593,7 +593,7 @@ def test_gpu_nic_affinity_passes_every_gpu_of_the_p5_fixture() -> None:
     affinity = findings_of(cli_report("aws-p5"), "gpu-nic-affinity")
     assert sorted(affinity) == [f"GPU{index}" for index in range(8)]
     assert {finding["status"] for finding in affinity.values()} == {"pass"}
-    assert affinity["GPU0"]["summary"] == ("nearest compute NIC rdmap79s0, rdmap80s0, rdmap81s0, rdmap82s0 (PXB), "
+    assert affinity["GPU0"]["summary"] == ("nearest compute NIC rdmap79s0, rdmap80s0, rdmap81s0, rdmap82s0 (PIX), "
                                            "NUMA node 0")
 
 

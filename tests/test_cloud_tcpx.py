@@ -127,9 +127,9 @@ def test_the_primary_gvnic_on_the_root_bus_is_not_a_gpu_nic(a3: Inventory) -> No
     assert queries.pcie_level(a3, "0000:04:00.0", netdev(a3, "eth0").pci_address or "") is None
 
 
-def test_gpu_nic_and_its_gpus_are_pxb_and_the_others_node_or_sys(a3: Inventory) -> None:
+def test_gpu_nic_and_its_gpus_are_pix_and_the_others_node_or_sys(a3: Inventory) -> None:
     eth1 = netdev(a3, "eth1").pci_address or ""
-    assert queries.pcie_level(a3, "0000:04:00.0", eth1) == "PXB"      # GPU0, same switch
+    assert queries.pcie_level(a3, "0000:04:00.0", eth1) == "PIX"      # GPU0, same switch
     assert queries.pcie_level(a3, "0000:0a:00.0", eth1) == "NODE"     # GPU2, same NUMA node
     assert queries.pcie_level(a3, "0000:84:00.0", eth1) == "SYS"      # GPU4, other socket
 

@@ -48,8 +48,7 @@ def test_only_one_check_gives_that_checks_findings_of_the_full_run(snapshot: Pat
 
 
 def test_implied_needs_are_closed() -> None:
-    assert with_implied(frozenset({"qos"})) == {"qos", "roce", "rdma", "gpus", "topology", "pcie-tree",
-                                                      "nccl-env"}
+    assert with_implied(frozenset({"qos"})) == {"qos", "roce", "rdma", "gpus", "topology"}
     assert with_implied(frozenset({"gpus"})) == {"gpus"}
 
 

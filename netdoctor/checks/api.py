@@ -38,6 +38,8 @@ NEEDS = {
     "nccl-env": "NCCL's settings: the environment and NCCL's config files (nccl-env.json)",
     "loopback": "traffic through each compute NIC, GPU memory to GPU memory (the NIC loopback)",
     "versions": "the OFED and fabric manager versions the report carries (ofed_info -s, nv-fabricmanager --version)",
+    "efa": "AWS EFA's software path: libfabric's efa provider (fi_info -p efa) and NCCL's libfabric settings",
+    "placement": "where each NIC sits beside the GPUs: the nvidia-smi topo -m matrix, else the PCIe tree (EFA)",
     "netdevs": "the node's network interfaces: driver, state, speed, MTU and place on the PCIe tree (netlink, sysfs)",
     "neighbors": "each port's first-hop switch (smpquery by direct route, a recorded iblinkinfo, LLDP from lldpctl)",
 }

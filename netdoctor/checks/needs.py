@@ -219,6 +219,11 @@ def need_netdevs(inventory: Inventory, probe: ProbeInput) -> Verdict:
     return (Status.UNKNOWN, netdevs.reason()) if netdevs.state in _BAD_STATES else None
 
 
+def need_nothing(inventory: Inventory, probe: ProbeInput) -> Verdict:
+    """A need that only widens what discovery reads; the check says what it could not judge."""
+    return None
+
+
 need_ib = _link_layer_need(LinkLayer.INFINIBAND, "InfiniBand")
 need_roce = _link_layer_need(LinkLayer.ETHERNET, "RoCE")
 
@@ -242,6 +247,8 @@ NEED_JUDGES: dict[str, Callable[[Inventory, ProbeInput], Verdict]] = {
     "versions": need_versions,
     "neighbors": need_neighbors,
     "netdevs": need_netdevs,
+    "efa": need_nothing,
+    "placement": need_nothing,
 }
 
 

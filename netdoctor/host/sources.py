@@ -32,7 +32,7 @@ class Scope(enum.StrEnum):
     NODE = "node"                # run once per node
     IB_PORT = "ib-port"          # once per InfiniBand port: fields {dev}, {port}
     ROCE_NETDEV = "roce-netdev"  # once per RoCE netdev (the slaves of a RoCE bond): field {netdev}
-    RDMA_DEVICE = "rdma-device"  # once per Mellanox RDMA device with a PCI function of its own (no VF, no EFA): field {dev}
+    RDMA_DEVICE = "rdma-device"  # once per RDMA device with a PCI function of its own (no VF, not EFA): field {dev}
     EFA = "efa"                  # once per node that has an AWS EFA device
 
 
@@ -81,7 +81,7 @@ SOURCES: tuple[Source, ...] = (
     Source("sysfs"),
     Source("netdevs"),
     Source("nvml", needs=_needs("gpus", "pcie")),
-    Source("nccl-env", needs=_needs("nccl-env")),
+    Source("nccl-env", needs=_needs("nccl-env", "efa")),
     Source("ibstat", ("ibstat",), "netdoctor.parsers.ibstat:parse_ibstat", _RDMA),
     Source("ibv_devinfo-v", ("ibv_devinfo", "-v"), "netdoctor.parsers.ibv_devinfo:parse_ibv_devinfo", _RDMA),
     Source("ibdev2netdev", ("ibdev2netdev",), "netdoctor.parsers.ibdev2netdev:parse_ibdev2netdev", _RDMA),
@@ -125,7 +125,7 @@ SOURCES: tuple[Source, ...] = (
     # needs; gpudirect judges it). Runs only where sysfs named an EFA device.
     # With no usable efa provider fi_getinfo fails and fi_info says `fi_getinfo: -61` on stderr:
     # that is the answer "libfabric cannot open EFA", not a broken tool.
-    Source("fi_info-p-efa", ("fi_info", "-p", "efa"), "netdoctor.parsers.fi_info:parse_fi_info", _RDMA, Scope.EFA,
+    Source("fi_info-p-efa", ("fi_info", "-p", "efa"), "netdoctor.parsers.fi_info:parse_fi_info", _needs("efa"), Scope.EFA,
            timeout_s=5.0, max_output_bytes=4 * 1024 * 1024, answer_on_stderr=True),
     # The rows below feed only the report's `neighbors` and `versions` (no check): they come
     # last, so on a busy node the checks' tools get the runner's workers first. The

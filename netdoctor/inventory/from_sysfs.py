@@ -168,8 +168,9 @@ def read_pci_gpus(draft: Draft) -> None:
         if vendor is not None and vendor.strip().lower() == AMAZON_VENDOR:
             # EFA functions, bound or not: a device that lost its driver is still named.
             device = sysfs_values.pci_id(draft.sys.read(f"{base}/device"))
-            if is_efa_function(vendor, device):
-                efa[pci(address) or address] = device or ""
+            canonical = pci(address)
+            if canonical is not None and is_efa_function(vendor, device):
+                efa[canonical] = device or ""
             continue
         # Read `class` only for NVIDIA functions: a node has hundreds of PCI functions.
         if vendor is None or vendor.strip().lower() != NVIDIA_VENDOR:

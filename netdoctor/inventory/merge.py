@@ -72,7 +72,8 @@ class Draft:
             self.status(name, SourceState.TIMEOUT, detail, result.duration_s)
             return None
         text = result.stdout
-        if result.state is CommandState.ERROR and not text.strip():
+        from_stderr = result.state is CommandState.ERROR and not text.strip()
+        if from_stderr:
             if not (answer_on_stderr and result.stderr.strip()):
                 self.status(name, SourceState.ERROR, result.describe(), result.duration_s)
                 return None
@@ -91,7 +92,7 @@ class Draft:
                 self.status(name, SourceState.PARSE_ERROR, str(error), result.duration_s)
             log.warning("unparseable tool output", source=name, error=str(error))
             return None
-        if text is result.stderr:
+        if from_stderr:
             self.status(name, SourceState.OK, "answered on stderr: " + result.describe().partition(": ")[2],
                         result.duration_s)
         elif result.state is CommandState.ERROR:

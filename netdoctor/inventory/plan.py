@@ -27,8 +27,7 @@ IMPLIED_NEEDS: dict[str, frozenset[str]] = {
     "roce": frozenset({"rdma"}),
     "counters": frozenset({"rdma"}),
     "qos": frozenset({"roce"}),
-    # EFA sits beside its GPU only in the PCIe tree; its GPUDirect hangs on FI_EFA_USE_DEVICE_RDMA.
-    "rdma": frozenset({"gpus", "topology", "pcie-tree", "nccl-env"}),
+    "rdma": frozenset({"gpus", "topology"}),
     "topology": frozenset({"gpus"}),
     "pcie": frozenset({"gpus", "rdma", "pcie-tree"}),   # with the uplinks of the switches above them
     "probe": frozenset({"gpus", "topology", "rdma"}),
@@ -41,6 +40,8 @@ IMPLIED_NEEDS: dict[str, frozenset[str]] = {
     "loopback": frozenset({"gpus", "topology", "rdma", "pcie-tree"}),   # rails, their GPUs, passive causes
     "neighbors": frozenset({"rdma"}),            # a neighbour is found per RDMA port (its GUIDs, LIDs, netdev)
     "netdevs": frozenset({"gpus", "pcie-tree"}),   # a GPU NIC is a netdev on a GPU's PCIe switch
+    "efa": frozenset({"rdma"}),                    # fi_info and NCCL's settings (the nccl-env row), for EFA devices
+    "placement": frozenset({"gpus", "rdma", "topology", "pcie-tree"}),   # EFA sits beside its GPU only in the tree
 }
 # Needs that only the report's `versions` and `neighbors` read: no check judges them, so a
 # source serving only these that hangs is not reported as a check that judged without it.

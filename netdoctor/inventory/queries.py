@@ -215,7 +215,10 @@ def path_from_root(tree: dict[str, PciPathFunction], address: str) -> list[str]:
 
 def unbound_efa_functions(inventory: Inventory) -> dict[str, str]:
     """EFA PCI functions with no RDMA device (address -> `efa1`): the driver is not bound to them
-    or they failed to initialise. Empty where the PCI bus was not read."""
+    or they failed to initialise. Empty where the PCI bus was not read, and where some EFA device's
+    PCI function is unknown (then no function can be told unbound)."""
+    if any(is_efa(hca) and not hca.pci_address for hca in inventory.hcas):
+        return {}
     bound = {hca.pci_address for hca in inventory.hcas if hca.pci_address}
     return {address: efa_generation(device) or device
             for address, device in sorted((inventory.pci_efa or {}).items()) if address not in bound}
@@ -223,8 +226,8 @@ def unbound_efa_functions(inventory: Inventory) -> dict[str, str]:
 
 def pcie_level(inventory: Inventory, first: str, second: str) -> str | None:
     """The `nvidia-smi topo -m` distance between two PCI functions, read from the PCIe tree:
-    PIX (one bridge between them), PXB (a switch), PHB (only the root port), NODE/SYS (other
-    root ports, by NUMA node). None where the tree does not hold both, or either sits on a root
+    PIX (on the ports of one switch), PXB (through more switch levels), PHB (only the root port
+    shared), NODE/SYS (other root ports, by NUMA node). None where the tree does not hold both, or either sits on a root
     bus with no bridge above it (a flattened virtual machine: no place to read)."""
     tree = inventory.pci_tree or {}
     if first not in tree or second not in tree:
@@ -242,7 +245,9 @@ def pcie_level(inventory: Inventory, first: str, second: str) -> str | None:
         return "NODE" if numa_a == numa_b else "SYS"
     if shared == 1 and tree[path_a[0]].port_type in (None, "root_port"):
         return "PHB"
-    return "PIX" if path_a[-2] == path_b[-2] else "PXB"
+    # nvidia-smi counts a PCIe switch as one bridge: two devices on ports of the switch they share
+    # are PIX; a further switch level between them is PXB.
+    return "PIX" if len(path_a) - shared <= 2 and len(path_b) - shared <= 2 else "PXB"
 
 
 def _numa_of(inventory: Inventory, address: str) -> int | None:

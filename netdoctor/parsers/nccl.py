@@ -136,9 +136,6 @@ class NcclLogFacts:
     net_plugin: str | None = None                # external plugin loaded: its path or name
     net_plugin_missing: bool = False             # NCCL looked for libnccl-net.so and found none
     net_plugin_version: str | None = None        # aws-ofi-nccl 1.14.2, GPUDirectTCPX 3.1.8, FasTrak 1.0.17
-    libfabric_version: str | None = None         # `NET/OFI Using Libfabric version 1.22`
-    ofi_provider: str | None = None              # `NET/OFI Selected Provider is efa` -> efa
-    ofi_nics: int | None = None                  # `... (found 16 nics)`
     collnet: tuple[CollNetConnection, ...] = ()
     sharp_initialized: bool = False              # `SHARP rank 0/4 initialized on mlx5_0:1`
     algorithms: dict[int, str] = field(default_factory=dict)             # bytes -> RING/TREE/COLLNET_DIRECT/NVLS (TUNING)
@@ -316,8 +313,6 @@ _PLUGIN_VERSION = re.compile(r"^(?:NET/OFI (?:Initializing|Using) aws-ofi-nccl (
                              r"|NET/GPUDirectTCPX ver\. (\S+?)\.?"
                              r"|NET/FasTrak \S+: Initializing network FasTrak, version: (\S+))$")
 _PLUGIN_NAMES = ("aws-ofi-nccl", "GPUDirectTCPX", "FasTrak")   # in the order of _PLUGIN_VERSION's groups
-_LIBFABRIC = re.compile(r"^NET/OFI Using Libfabric version (\S+)$")
-_OFI_PROVIDER = re.compile(r"^NET/OFI Selected [Pp]rovider is ([\w;-]+)(?:, fabric is \S+)?(?: \(found (\d+) nics\))?")
 
 
 def parse_nccl_log(text: str) -> NcclLogFacts:
@@ -349,9 +344,6 @@ def parse_nccl_log(text: str) -> NcclLogFacts:
     net_plugin: str | None = None
     net_plugin_missing = False
     plugin_version: str | None = None
-    libfabric: str | None = None
-    ofi_provider: str | None = None
-    ofi_nics: int | None = None
     collnet: list[CollNetConnection] = []
     sharp_initialized = False
     algorithms: dict[int, str] = {}
@@ -376,11 +368,6 @@ def parse_nccl_log(text: str) -> NcclLogFacts:
         elif match := _PLUGIN_VERSION.match(body):
             plugin_version = plugin_version or next(f"{name} {group}" for name, group
                                                     in zip(_PLUGIN_NAMES, match.groups()) if group)
-        elif match := _LIBFABRIC.match(body):
-            libfabric = libfabric or match[1]
-        elif match := _OFI_PROVIDER.match(body):
-            if ofi_provider is None:
-                ofi_provider, ofi_nics = match[1], int(match[2]) if match[2] else None
         elif match := _USING.match(body):
             plugin = match[1]
             if plugin == "IB":
@@ -438,7 +425,7 @@ def parse_nccl_log(text: str) -> NcclLogFacts:
         ring_channels=ring_channels, coll_channels=coll_channels, nvls_channels=nvls_channels,
         graphs=tuple(graphs), gpu_paths=gpu_paths, environment=environment, net_plugin=net_plugin,
         net_plugin_missing=net_plugin_missing and net_plugin is None, net_plugin_version=plugin_version,
-        libfabric_version=libfabric, ofi_provider=ofi_provider, ofi_nics=ofi_nics, collnet=tuple(collnet),
+        collnet=tuple(collnet),
         sharp_initialized=sharp_initialized, algorithms=algorithms, ranks=ranks, nodes=nodes,
         init_complete=init_complete, warnings=tuple(warnings), errors=tuple(errors),
     )

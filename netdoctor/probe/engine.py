@@ -257,9 +257,6 @@ def assemble(run: WorkerRun, budget_s: float, **measured: Any) -> ProbeResult:
     return dataclasses.replace(ProbeResult.from_json(result), transport=describe_transport(facts))
 
 
-
-
-
 def net_plugin_of(facts: NcclLogFacts | None) -> str | None:
     """The network plugin NCCL loaded and its version (`aws-ofi-nccl 1.14.2`), as the report's versions carry it."""
     return facts.net_plugin_version[:80] if facts is not None and facts.net_plugin_version else None
