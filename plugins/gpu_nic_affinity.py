@@ -215,7 +215,8 @@ def _too_few_near_nics(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], e
     limit = _expected_rank(ctx)
     inventory = ctx.inventory
     near = [name for name, level in levels.items() if RANK[level] <= limit]
-    working = [name for name in near if any(port.is_active for port in (inventory.hca(name) or Hca(name)).ports.values())]
+    working = [name for name in near
+               if (hca := inventory.hca(name)) is not None and any(port.is_active for port in hca.ports.values())]
     if len(working) >= wanted:
         evidence["near_nics"] = near
         return None

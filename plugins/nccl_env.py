@@ -65,11 +65,9 @@ def _ignored_lines(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
                          remedy="write NAME=value with no spaces around '='", rule="ignored_line_severity")
 
 
-def _compute_ports(ctx: CheckContext, efa: bool | None = None) -> list[tuple[Hca, Port]]:
-    """Compute RDMA ports; `efa` False: only those NCCL's own IB transport drives (not EFA, which
-    NCCL reaches through the aws-ofi-nccl plugin), True: only EFA's."""
+def _compute_ports(ctx: CheckContext) -> list[tuple[Hca, Port]]:
     return [(hca, port) for hca, port, port_class in ctx.pack.classified_ports(ctx.inventory)
-            if (port_class is None or port_class.role == "compute") and (efa is None or is_efa(hca) == efa)]
+            if port_class is None or port_class.role == "compute"]
 
 
 def _flag(nccl: NcclSettings, name: str) -> Setting | None:
@@ -86,8 +84,10 @@ def _flag(nccl: NcclSettings, name: str) -> Setting | None:
 
 def _disabled_transports(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
     inventory = ctx.inventory
-    active_rdma = [port.name for _, port in _compute_ports(ctx) if port.is_active]
-    active_ib_transport = [port.name for _, port in _compute_ports(ctx, efa=False) if port.is_active]
+    active = [(hca, port) for hca, port in _compute_ports(ctx) if port.is_active]
+    active_rdma = [port.name for _, port in active]
+    # NCCL's own IB transport drives these; EFA it reaches through aws-ofi-nccl, which ignores NCCL_IB_*.
+    active_ib_transport = [port.name for hca, port in active if not is_efa(hca)]
     gpus = len(inventory.gpus)
     nvlink = any(gpu.nvlinks or gpu.nvlink_total for gpu in inventory.gpus)
     if active_ib_transport and (setting := _flag(nccl, "NCCL_IB_DISABLE")):
@@ -274,7 +274,7 @@ def cloud_fabric_settings(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Fin
     """AWS EFA: FI_PROVIDER and NCCL_NET must leave libfabric's efa provider to aws-ofi-nccl. GCP
     TCPX/TCPXO: the plugin's interface lists must name the GPU NICs, up."""
     inventory = ctx.inventory
-    if any(port.is_active for _, port in _compute_ports(ctx, efa=True)):
+    if any(port.is_active and is_efa(hca) for hca, port in _compute_ports(ctx)):
         provider = nccl.get("FI_PROVIDER")
         if provider is not None and not _selects_efa(provider.value):
             yield ctx.graded(ctx.severity("fi_provider_severity"), provider.name,

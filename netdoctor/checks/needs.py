@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from netdoctor.checks.api import Check
+from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import Inventory, LinkLayer, SourceState, SourceStatus
 from netdoctor.inventory.queries import unbound_efa_functions
 from netdoctor.probe.result import ProbeNotRun, ProbeResult
@@ -113,7 +114,7 @@ def need_counters(inventory: Inventory, probe: ProbeInput) -> Verdict:
     if verdict is not None:
         return verdict
     # EFA has no IBTA counters (no PMA): its hw_counters are all its counters.
-    if any(port.counters or (port.hw_counters and port.link_layer is LinkLayer.UNSPECIFIED) for port in inventory.ports):
+    if any(port.counters or (port.hw_counters and is_efa(hca)) for hca in inventory.hcas for port in hca.ports.values()):
         return None
     bad = _first_bad(_sources_with_prefix(inventory, "perfquery-x-"))
     if bad is not None:

@@ -150,24 +150,14 @@ def versions(inventory: Inventory, nccl: str | None = None, net_plugin: str | No
                 values.setdefault(what, set()).add(version)
         if values:
             found[key] = {what: ", ".join(sorted(seen)) for what, seen in sorted(values.items())}
-    if inventory.kernel_release:
-        found["kernel"] = inventory.kernel_release
-    if inventory.ofed_version:
-        found["ofed"] = inventory.ofed_version
-    # Its own kind: a node whose ofed_info hung must not look like drift against `ofed`.
-    if inventory.rdma_driver_version:
-        found["mlx5_core"] = inventory.rdma_driver_version
-    if inventory.fabric_manager_version:
-        found["fabric_manager"] = inventory.fabric_manager_version
-    # AWS EFA's stack: the efa driver and libfabric (aws-ofi-nccl shows in NCCL's own log).
-    if inventory.efa_driver_version:
-        found["efa"] = inventory.efa_driver_version
-    if inventory.libfabric_version:
-        found["libfabric"] = inventory.libfabric_version
-    if nccl:
-        found["nccl"] = nccl
-    if net_plugin:
-        found["nccl_net_plugin"] = net_plugin      # `aws-ofi-nccl 1.14.2`, from NCCL's own log
+    # `mlx5_core` is a kind of its own: a node whose ofed_info hung must not look like drift
+    # against `ofed`. `efa`/`libfabric` are AWS EFA's stack; aws-ofi-nccl shows in NCCL's own log.
+    for key, value in (("kernel", inventory.kernel_release), ("ofed", inventory.ofed_version),
+                       ("mlx5_core", inventory.rdma_driver_version),
+                       ("fabric_manager", inventory.fabric_manager_version), ("efa", inventory.efa_driver_version),
+                       ("libfabric", inventory.libfabric_version), ("nccl", nccl), ("nccl_net_plugin", net_plugin)):
+        if value:
+            found[key] = value
     return found
 
 
