@@ -3,12 +3,13 @@ slow node and a planted slow rail among N nodes, and what the planner costs.
 
 The fabric is simulated (each group's bus bandwidth from the slowest member's node factor and
 its slowest rail, +/-3 % noise; a rails round per rail); the schedule and the verdicts are the
-real ones (netdoctor.fleet.probe_plan.localise, node_grades). The traffic time of a round is
+real ones (netdoctor.fleet.probe_plan.localise, node_grades; an odd count shows the top-up
+pair as a second round 2). The traffic time of a round is
 bounded by construction: every node's worker gets `--budget` seconds (default 10) and is
 killed at it; the measured cost of one two-rank round on an H100 is in
 benchmarks/results/fleet-probe.md. Usage:
 
-    python benchmarks/fleet_probe_sim.py [--nodes 1000 10000] [--seed 7]
+    python benchmarks/fleet_probe_sim.py [--nodes 1000 10000] [--seed 7]    # --nodes 1001 9999: odd counts
 """
 
 from __future__ import annotations

@@ -12,6 +12,12 @@ With --work DIR the inputs are kept there and reused when already written for as
 REV` that of a git revision (before/after). `--flood-mib N`
 (0: skip) also streams N MiB of one node's output to `fleet report -`, once as a single
 line and once as many short lines, with two healthy nodes, and records the peak RSS.
+
+`--rails-nodes N` instead times rail wiring alone (`find_rails`, CPU time of a child, best and
+median of --repeat) over N synthetic nodes in three shapes, for the `--rev`/`--tree` packages
+(before) and the installed ones (after) in one run:
+
+    python benchmarks/fleet_report_bench.py --rails-nodes 10000 --rev HEAD
 """
 
 from __future__ import annotations
@@ -196,6 +202,53 @@ def flood_once(repo: Path, tree: Path | None, mib: int, one_line: bool) -> str:
             f" n1 {nodes['n1']['grade']}, n2 {nodes['n2']['grade']}")
 
 
+# Rail wiring alone, in a child (so that `--rev` runs that revision's code): each shape's nodes
+# built as the fleet keeps them (`NodeSummary.rails`), then `find_rails` timed in CPU seconds.
+_RAILS_CHILD = """
+import json, time
+from netdoctor.fleet.model import NodeGrade, NodeSummary
+from netdoctor.fleet.rails import find_rails
+count, repeat = int(sys.argv[1]), int(sys.argv[2])
+def node(index, rails):
+    return NodeSummary(host=f"node{index:05d}", grade=NodeGrade.PASS, rails=tuple(rails))
+shapes = {
+    "one leaf: every node's rail 3, one node's rail 2": [
+        node(i, [("mlx5_2:1" if i == 4242 else "mlx5_3:1", 400.0, 2 if i == 4242 else 3, "0xaa", "leaf-a")])
+        for i in range(count)],
+    "one leaf: every node's rail 3 and a rail of its own": [
+        node(i, [("mlx5_3:1", 400.0, 3, "0xaa", "leaf-a"), (f"x{i}:1", 400.0, 100 + i, "0xaa", "leaf-a")])
+        for i in range(count)],
+    "rail-optimised: 8 rails, 32 nodes per leaf": [
+        node(i, [(f"mlx5_{p}:1", 400.0, p, f"0x{(i // 32) * 8 + p:06x}", f"leaf-r{p}-{i // 32:03d}") for p in range(8)])
+        for i in range(count)],
+}
+result = {}
+for label, nodes in shapes.items():
+    times = []
+    for _ in range(repeat):
+        started = time.process_time()
+        leaves = find_rails(nodes)
+        times.append(time.process_time() - started)
+    result[label] = {"best_s": min(times), "median_s": sorted(times)[len(times) // 2], "leaves": len(leaves),
+                     "odd_hosts": sum(len(hosts) for leaf in leaves for hosts in leaf["odd"].values())}
+print(json.dumps(result))
+"""
+
+
+def rails_bench(repo: Path, trees: dict[str, Path | None], count: int, repeat: int) -> None:
+    """`find_rails` over `count` nodes per shape, each tree in turn, printed as table rows."""
+    results = {}
+    for label, tree in trees.items():
+        done = subprocess.run([sys.executable, "-c", _prelude(tree) + _RAILS_CHILD, str(count), str(repeat)],
+                              capture_output=True, text=True, cwd=repo, check=True, timeout=3600)
+        results[label] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"| rail wiring alone ({count:,} nodes) | " + " | ".join(f"{label}: best / median CPU" for label in results) + " |")
+    for shape in next(iter(results.values())):
+        cells = [f"{result[shape]['best_s']:.3f} / {result[shape]['median_s']:.3f} s "
+                 f"({result[shape]['odd_hosts']:,} odd)" for result in results.values()]
+        print(f"| {shape} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=10_000)
@@ -205,12 +258,19 @@ def main() -> None:
     parser.add_argument("--rev", default=None, help="run this git revision's packages (laid out by fixture_reports.tree_of)")
     parser.add_argument("--label", default="this tree")
     parser.add_argument("--flood-mib", type=int, default=0)
+    parser.add_argument("--rails-nodes", type=int, default=0, help="time rail wiring alone over this many nodes")
     arguments = parser.parse_args()
     repo = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory() as scratch:
         if arguments.rev:
             arguments.tree = tree_of(arguments.rev, Path(scratch) / "tree")
             arguments.label = arguments.rev if arguments.label == "this tree" else arguments.label
+        if arguments.rails_nodes:
+            print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
+                  f"load average {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
+            trees = {arguments.label: arguments.tree, "this tree": None} if arguments.tree else {"this tree": None}
+            rails_bench(repo, trees, arguments.rails_nodes, arguments.repeat)
+            return
         work = arguments.work or Path(scratch)
         work.mkdir(parents=True, exist_ok=True)
         inputs = write_inputs(work, arguments.nodes)

@@ -27,6 +27,7 @@ from netdoctor.checks.api import Check, CounterHistory
 from netdoctor.checks.engine import run_checks, select_checks
 from netdoctor.checks.registry import Registry, load_registry, third_party_configured
 from netdoctor.errors import NetdoctorError, UsageError
+from netdoctor.host.trust import trusted_override
 from netdoctor.host.types import NodeSource
 from netdoctor.inventory.model import Inventory, SourceState
 from netdoctor.inventory.plan import report_only
@@ -101,9 +102,11 @@ def open_source(snapshot: Path | None, *, tool_timeout_s: float = TOOL_TIMEOUT_S
 
 
 def live_sys_root(env: Mapping[str, str] | None = None) -> str:
-    """/sys, or the tree $NETDOCTOR_SYSFS_ROOT names (tests and benchmarks only)."""
+    """/sys, or the tree $NETDOCTOR_SYSFS_ROOT names (tests and benchmarks only; as root only a
+    tree root alone can change, or another user would decide the node's verdict)."""
     environment = os.environ if env is None else env
-    return environment.get(SYSFS_ROOT_ENV) or "/sys"
+    override = trusted_override(SYSFS_ROOT_ENV, environment.get(SYSFS_ROOT_ENV))
+    return str(override) if override else "/sys"
 
 
 class DiscoveryTimeout(NetdoctorError):
@@ -278,18 +281,26 @@ def loaded_nccl(*outcomes: object) -> str | None:
 
 
 def timed_out_sources(inventory: Inventory) -> list[Finding]:
-    """A `discovery` finding for each source that hung: the checks judged without its facts
-    (a pack may fall back, e.g. to NUMA placement without `nvidia-smi topo -m`), so the report
-    says so even where no required check became unknown. A hung nvidia-smi is itself a sign
+    """A `discovery` finding for each source that hung or was too large to read: the checks
+    judged without its facts (a pack may fall back, e.g. to NUMA placement without `nvidia-smi
+    topo -m`), so the report says so even where no required check became unknown. A hung nvidia-smi is itself a sign
     of a wedged GPU or driver. A source that only the report's versions or neighbours read is
     left out: no check judged without it."""
     return [Finding("discovery", Status.UNKNOWN, source.name,
                     f"{source.reason()}; the checks judged this node without its facts",
                     evidence={"state": source.state.value, "duration_s": source.duration_s},
-                    remedy="run the tool by hand to see why it hangs (a hung nvidia-smi: look for Xid "
-                           "errors in `dmesg`); `netdoctor discover -vv` shows every source")
+                    remedy=_SOURCE_REMEDIES[source.state])
             for source in inventory.sources.values()
-            if source.state is SourceState.TIMEOUT and not report_only(source.name)]
+            if source.state in _SOURCE_REMEDIES and not report_only(source.name)]
+
+
+# A source that hung, or one over its budget (docs/robustness.md "Budgets"): never silence.
+_SOURCE_REMEDIES = {
+    SourceState.TIMEOUT: "run the tool by hand to see why it hangs (a hung nvidia-smi: look for Xid errors in "
+                         "`dmesg`); `netdoctor discover -vv` shows every source",
+    SourceState.TOO_LARGE: "look at what floods it (an Xid storm or a flapping link fills `dmesg`); a real node's "
+                           "output is far under its budget (docs/robustness.md, Budgets)",
+}
 
 
 def _undiscovered_report(host: str, started_at: str, start: float, options: CheckOptions,

@@ -87,12 +87,16 @@ def loopback_rails(inventory: Inventory, pack: RulePack) -> tuple[Any, ...]:
 def fabric_summary(inventory: Inventory, pack: RulePack) -> dict[str, Any]:
     """The report's `fabric`: GPUs and active compute rails with their rates and nearest GPU
     (fleet probe's expectation; the fleet's rail wiring names a rail by its GPU where HCA
-    names are not laid out alike on every node)."""
+    names are not laid out alike on every node). `rails_guessed: true` where some rail's GPU
+    was a guess (`_guessed`), so the fleet does not count a node that guessed as miswired."""
     if not inventory.gpus and not inventory.hcas:
         return {}
-    rails = [{"port": port.name, "rate_gbps": port.rate.gbps if port.rate else None,
-              "gpu": gpu.index if gpu is not None else None}
-             for _, port, gpu, _ in _compute_ports(inventory, pack)]
+    rails: list[dict[str, Any]] = []
+    guessed = False   # some rail's GPU is a guess: the report says so, the fleet leaves the node unjudged
+    for hca, port, gpu, basis in _compute_ports(inventory, pack):
+        rails.append({"port": port.name, "rate_gbps": port.rate.gbps if port.rate else None,
+                      "gpu": gpu.index if gpu is not None else None})
+        guessed = guessed or (gpu is not None and _guessed(inventory, hca, basis))
     # GPU NICs without RDMA (GCP GPUDirect-TCPX/TCPXO): each up gVNIC next to a GPU is a rail.
     for name, gpus in (gpu_fabric_netdevs(inventory) or {}).items():
         netdev = inventory.netdev(name)
@@ -100,7 +104,16 @@ def fabric_summary(inventory: Inventory, pack: RulePack) -> dict[str, Any]:
             gpu_index = next((gpu.index for gpu in inventory.gpus if gpu.label == gpus[0]), None)
             rails.append({"port": name, "rate_gbps": netdev.speed_mbps / 1000 if netdev.speed_mbps else None,
                           "gpu": gpu_index})
-    return {"gpus": len(inventory.gpus), "rails": rails}
+    return {"gpus": len(inventory.gpus), "rails": rails, **({"rails_guessed": True} if guessed else {})}
+
+
+def _guessed(inventory: Inventory, hca: Hca, basis: str) -> bool:
+    """The rail's GPU is a guess: neither nvidia-smi topo -m (absent, timed out, or silent about
+    this NIC) nor the PCIe tree placed it, and the NIC's NUMA node holds several GPUs, of which
+    `nearest_gpu` took the first. The fleet does not judge such a node's rail wiring."""
+    if not basis.startswith("NUMA node"):
+        return False
+    return sum(1 for gpu in inventory.gpus if not gpu.lost and gpu.numa_node == hca.numa_node) > 1
 
 
 def run_nic_loopback(inventory: Inventory, pack: RulePack, deadline: float, *, env: Mapping[str, str] | None,

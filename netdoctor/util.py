@@ -82,6 +82,23 @@ def natural_key(name: str) -> tuple[int | str, ...]:
     return tuple(int(part) if part.isdecimal() else part for part in re.split(r"(\d+)", name))
 
 
+def cut_text(text: str, limit: int) -> str:
+    """`text`, or its first `limit` characters and how many more there were: what a finding may
+    quote of a value from the node, however long that value is."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters)"
+
+
+def listed(items: list[str], limit: int, *, total: int | None = None) -> str:
+    """`a, b, c` or `a, b, c and 9,997 more`: the first `limit` of `items` (`total`: their
+    number, where not all were kept)."""
+    count = len(items) if total is None else total
+    shown = items[:limit]
+    text = ", ".join(shown)
+    return f"{text} and {count - len(shown):,} more" if count > len(shown) else text
+
+
 def duration_text(seconds: float) -> str:
     """A span for people: 45 s, 10 min, 1.5 h."""
     if seconds >= 3600:

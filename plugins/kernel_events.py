@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
-from netdoctor.inventory.model import Inventory, KernelEvent, KernelEventKind
+from netdoctor.inventory.model import Inventory, KernelEvent, KernelEventKind, KernelLog
 from netdoctor.util import iso_utc, parse_iso_utc
 
 CHECK_ID = "kernel-events"
@@ -94,7 +94,10 @@ def kernel_events(ctx: CheckContext) -> Iterator[Finding]:
         if finding is not None:
             problems += 1
             yield finding
-    if not problems:
+    unread = _unread(ctx, log, now, windows)
+    if unread is not None:
+        yield unread
+    elif not problems:
         reach = f"; the log reaches back to {_iso(log.first_time)}" if log.first_time else ""
         yield ctx.passed("node", f"no GPU, NVSwitch, link or PCIe fault in this boot's kernel log{reach}",
                          evidence={"events_read": len(log.events)})
@@ -154,6 +157,29 @@ def _judge_xids(ctx: CheckContext, subject: str, tally: _Tally, times: str) -> F
     said = tally.sample.split("): ", 1)[-1][:160]
     return ctx.finding(worst, subject, f"{', '.join(named)} ({times}): {said}", evidence=tally.evidence(),
                        remedy=REMEDY_XID, rule="xid_severity")
+
+
+_KIND_WORDS = {KernelEventKind.XID: "GPU Xids", KernelEventKind.SXID: "NVSwitch SXids",
+               KernelEventKind.LINK_DOWN: "link flaps", KernelEventKind.AER_CORRECTED: "PCIe AER errors",
+               KernelEventKind.AER_UNCORRECTED: "PCIe AER errors"}
+
+
+def _unread(ctx: CheckContext, log: KernelLog, now: datetime, windows: dict[KernelEventKind, float]) -> Finding | None:
+    """A log with more event lines than its parser reads (a storm) was read from its newest end:
+    what fell in a window but before the oldest line read was not judged, and the report says so."""
+    if not log.skipped:
+        return None
+    partial = sorted({_KIND_WORDS[kind] for kind, window in windows.items()
+                      if log.whole_from is None or now - timedelta(seconds=window) < log.whole_from})
+    if not partial:
+        return None                    # every window starts after the oldest line read: all judged
+    since = f"before {_iso(log.whole_from)} " if log.whole_from else ""
+    return ctx.unknown("node", f"the kernel log holds more event lines than netdoctor reads: the oldest "
+                       f"{log.skipped:,} were not read, so {', '.join(partial)} {since}within their windows "
+                       f"were not judged (the newest {len(log.events):,} events were)",
+                       evidence={"skipped_lines": log.skipped, "whole_from": _iso(log.whole_from),
+                                 "events_read": len(log.events)},
+                       remedy="look at what floods the kernel log (`dmesg | tail`): an Xid storm or a flapping link")
 
 
 def _subject_names(inventory: Inventory) -> dict[str, str]:

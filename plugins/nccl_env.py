@@ -9,6 +9,10 @@ that does not exist; `NCCL_P2P_DISABLE=1` left over from a debug session sends N
 traffic through host memory. Settings are read as NCCL reads them (netdoctor.parsers.
 nccl_env): the environment wins over `$NCCL_CONF_FILE` or `~/.nccl.conf`, which win over
 `/etc/nccl.conf`. Inside a job, `srun netdoctor check --only nccl-env` judges the job's own.
+
+A setting may be huge (a generated 10,000-entry NCCL_IB_HCA): each kind of problem is one
+finding naming its first few entries and their count, and a value is quoted up to a bounded
+length, so the report stays small whatever the environment holds.
 """
 
 from __future__ import annotations
@@ -19,16 +23,26 @@ from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import GID_SLOTS_READ, Hca, LinkLayer, Port
 from netdoctor.inventory.queries import gpu_fabric_netdevs
-from netdoctor.util import natural_key
-from netdoctor.parsers.nccl_env import DeviceFilter, NcclSettings, Setting, parse_device_filter
+from netdoctor.util import cut_text, listed, natural_key
+from netdoctor.parsers.nccl_env import MAX_DEVICE_ENTRIES, DeviceFilter, NcclSettings, Setting, parse_device_filter
 
 CHECK_ID = "nccl-env"
 # What NCCL's integer flags read as "on" (strtoll: any non-zero; the usual spellings).
 _TRUE = ("1", "true", "yes", "on")
+# Display bounds (engineering defaults, not thresholds): entries named in one summary, characters
+# of a value quoted, items of a list kept in evidence.
+SHOWN = 8
+QUOTED = 200
+EVIDENCE_ITEMS = 64
+
+
+def _quoted(value: str) -> str:
+    return repr(value) if len(value) <= QUOTED else f"{value[:QUOTED]!r}... ({len(value) - QUOTED:,} more characters)"
 
 
 def _origin(setting: Setting) -> str:
-    return f"{setting.name}={setting.value!r} ({'from the environment' if setting.origin == 'environment' else 'in ' + setting.origin})"
+    where = "from the environment" if setting.origin == "environment" else "in " + setting.origin
+    return f"{setting.name}={_quoted(setting.value)} ({where})"
 
 
 def _remedy(setting: Setting, fix: str) -> str:
@@ -44,11 +58,11 @@ def nccl_env(ctx: CheckContext) -> Iterator[Finding]:
     inventory = ctx.inventory
     nccl = inventory.nccl
     assert nccl is not None      # the needs gate (need_nccl_env) ran first
-    findings = [*_ignored_lines(ctx, nccl), *_disabled_transports(ctx, nccl), *_ib_hca(ctx, nccl),
+    findings = [*_withheld_files(ctx, nccl), *_ignored_lines(ctx, nccl), *_disabled_transports(ctx, nccl), *_ib_hca(ctx, nccl),
                 *_socket_ifname(ctx, nccl), *_gid_index(ctx, nccl), *cloud_fabric_settings(ctx, nccl)]
     yield from findings
     if not findings:
-        evidence = {"settings": {name: {"value": setting.value, "origin": setting.origin}
+        evidence = {"settings": {name: {"value": cut_text(setting.value, QUOTED), "origin": setting.origin}
                                  for name, setting in sorted(nccl.settings.items())},
                     "files_read": list(nccl.files_read)}
         if nccl.settings:
@@ -58,11 +72,31 @@ def nccl_env(ctx: CheckContext) -> Iterator[Finding]:
                              "the topology allows)", evidence=evidence)
 
 
+def _withheld_files(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
+    """A config file NCCL would read that this run did not (root reads only root's files) or
+    a snapshot does not carry (others cannot read it): its settings are not judged."""
+    for path, why in nccl.withheld:
+        yield ctx.unknown(path, f"NCCL config file {path} not judged: {why}",
+                          remedy=f"run `netdoctor check --only nccl-env` as the user whose job reads {path}")
+
+
 def _ignored_lines(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
-    for line in nccl.ignored:
-        yield ctx.graded(ctx.severity("ignored_line_severity"), f"{line.path}:{line.line_number}",
-                         f"{line.path} line {line.line_number} {line.text!r} is not applied by NCCL: {line.why}",
-                         remedy="write NAME=value with no spaces around '='", rule="ignored_line_severity")
+    """One finding per line NCCL skips; past SHOWN of them, one finding naming the first few and the count."""
+    total = len(nccl.ignored) + nccl.ignored_more
+    if total <= SHOWN:
+        for line in nccl.ignored:
+            yield ctx.graded(ctx.severity("ignored_line_severity"), f"{line.path}:{line.line_number}",
+                             f"{line.path} line {line.line_number} {_quoted(line.text)} is not applied by NCCL: {line.why}",
+                             remedy="write NAME=value with no spaces around '='", rule="ignored_line_severity")
+        return
+    first = nccl.ignored[0]
+    named = [f"{line.path}:{line.line_number} {_quoted(line.text[:60])} ({line.why.split(':')[0]})"
+             for line in nccl.ignored[:SHOWN]]
+    yield ctx.graded(ctx.severity("ignored_line_severity"), first.path,
+                     f"{total:,} lines of NCCL's config files are not applied by NCCL: {listed(named, SHOWN, total=total)}",
+                     evidence={"lines": total, "first": [f"{line.path}:{line.line_number}"
+                                                         for line in nccl.ignored[:EVIDENCE_ITEMS]]},
+                     remedy="write NAME=value with no spaces around '='", rule="ignored_line_severity")
 
 
 def _compute_ports(ctx: CheckContext) -> list[tuple[Hca, Port]]:
@@ -138,22 +172,38 @@ def _ib_hca(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
     selection = parse_device_filter(setting.value)
     names = sorted((hca.name for hca in inventory.hcas), key=lambda name: (len(name), name))
     verb = "excludes" if selection.exclude else "selects"
+    absent: list[str] = []
+    traps: list[str] = []
+    pulled_in: list[str] = []
     for entry in selection.entries:
         matched = [name for name in names if selection.entry_matches(entry, name)]
-        shown = entry.name + (f":{entry.port}" if entry.port is not None else "")
+        shown = cut_text(entry.name, 60) + (f":{entry.port}" if entry.port is not None else "")
         if not matched and not selection.exclude:
-            yield ctx.graded(ctx.severity("absent_device_severity"), setting.name,
-                             f"{_origin(setting)}: entry {shown!r} names no RDMA device of this node "
-                             f"({', '.join(names)})", evidence={"devices": names}, rule="absent_device_severity",
-                             remedy=_remedy(setting, "name the node's devices (ibdev2netdev lists them)"))
+            absent.append(shown)
         elif entry.name in names and len(matched) > 1:
             extra = [name for name in matched if name != entry.name]
-            exact = ("^=" if selection.exclude else "=") + setting.value.lstrip("^=")
-            yield ctx.graded(ctx.severity("prefix_trap_severity"), setting.name,
-                             f"{_origin(setting)}: entry {shown!r} also {verb} {', '.join(extra)} (NCCL "
-                             "matches prefixes unless the list starts with '=')",
-                             evidence={f"also_{'excluded' if selection.exclude else 'selected'}": extra},
-                             rule="prefix_trap_severity", remedy=_remedy(setting, f"write NCCL_IB_HCA='{exact}'"))
+            traps.append(f"{shown!r} also {verb} {', '.join(extra)}")
+            pulled_in.extend(name for name in extra if name not in pulled_in)
+    # One finding per kind of problem, however many entries have it (never one per entry).
+    if absent:
+        which = ("entry names" if len(absent) == 1 else f"{len(absent):,} entries name") if not selection.more \
+            else f"{len(absent):,} of the first {MAX_DEVICE_ENTRIES} of its {selection.count:,} entries name"
+        unread = f"; the other {selection.more:,} were not read" if selection.more else ""
+        yield ctx.graded(ctx.severity("absent_device_severity"), setting.name,
+                         f"{_origin(setting)}: {which} no RDMA device of this node: "
+                         f"{listed([repr(name) for name in absent[:SHOWN]], SHOWN, total=len(absent))} "
+                         f"(the node has {listed(names, 2 * SHOWN)}){unread}",
+                         evidence={"devices": names[:EVIDENCE_ITEMS], "absent": absent[:EVIDENCE_ITEMS],
+                                   "absent_entries": len(absent), "entries": selection.count},
+                         rule="absent_device_severity",
+                         remedy=_remedy(setting, "name the node's devices (ibdev2netdev lists them)"))
+    if traps:
+        exact = cut_text(("^=" if selection.exclude else "=") + setting.value.lstrip("^="), QUOTED)
+        yield ctx.graded(ctx.severity("prefix_trap_severity"), setting.name,
+                         f"{_origin(setting)}: {listed(traps, SHOWN)} (NCCL matches prefixes unless the list "
+                         "starts with '=')",
+                         evidence={f"also_{'excluded' if selection.exclude else 'selected'}": pulled_in[:EVIDENCE_ITEMS]},
+                         rule="prefix_trap_severity", remedy=_remedy(setting, f"write NCCL_IB_HCA='{exact}'"))
     yield from _ib_hca_coverage(ctx, setting, selection)
 
 
@@ -167,13 +217,14 @@ def _ib_hca_coverage(ctx: CheckContext, setting: Setting, selection: DeviceFilte
         if selection.exclude or any(selected):
             yield ctx.graded(ctx.severity("absent_device_severity"), setting.name,
                              f"{_origin(setting)} leaves NCCL no active compute RDMA port: inter-node traffic "
-                             "falls back to TCP sockets", evidence={"selected": [port.name for _, port in selected]},
+                             "falls back to TCP sockets",
+                             evidence={"selected": [port.name for _, port in selected][:EVIDENCE_ITEMS]},
                              rule="absent_device_severity", remedy=_remedy(setting, "select the active compute ports"))
         return
     down = [port.name for _, port in selected if port.name in compute and not port.is_active]
     if down:
         yield ctx.graded(ctx.severity("inactive_device_severity"), setting.name,
-                         f"{_origin(setting)} selects {', '.join(down)}, which {'is' if len(down) == 1 else 'are'} "
+                         f"{_origin(setting)} selects {listed(down, SHOWN)}, which {'is' if len(down) == 1 else 'are'} "
                          "not ACTIVE: NCCL skips them and runs on fewer rails", evidence={"not_active": down},
                          rule="inactive_device_severity", remedy="bring the port up (port-state says why it is down)")
     left_out = sorted(name for name in compute if name not in {port.name for _, port in selected}
@@ -181,13 +232,13 @@ def _ib_hca_coverage(ctx: CheckContext, setting: Setting, selection: DeviceFilte
     if left_out:
         yield ctx.graded(ctx.severity("unselected_compute_severity"), setting.name,
                          f"{_origin(setting)} leaves out {len(left_out)} of {len(compute)} compute port(s) "
-                         f"({', '.join(left_out)}): jobs run on {len(usable)} rail(s)",
+                         f"({listed(left_out, SHOWN)}): jobs run on {len(usable)} rail(s)",
                          evidence={"left_out": left_out, "used": usable}, rule="unselected_compute_severity",
                          remedy=_remedy(setting, "list every compute port (or unset NCCL_IB_HCA)"))
     other = [port.name for _, port in selected if port.name not in compute]
     if other:
         yield ctx.graded(ctx.severity("non_compute_selected_severity"), setting.name,
-                         f"{_origin(setting)} also selects {', '.join(other)}, which the rule pack classes as "
+                         f"{_origin(setting)} also selects {listed(other, SHOWN)}, which the rule pack classes as "
                          "not compute (storage or management): NCCL will put job traffic on them",
                          evidence={"not_compute": other}, rule="non_compute_selected_severity",
                          remedy=_remedy(setting, "use '=' with exact names, or exclude them with '^'"))
@@ -202,11 +253,12 @@ def _socket_ifname(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
     selected = [name for name in sorted(netdevs) if selection.selects(name)]
     up = [name for name in selected if netdevs[name].operstate == "up"]
     if not up:
-        state = (f"{', '.join(selected)} {'is' if len(selected) == 1 else 'are'} not up" if selected
-                 else f"it matches none of {', '.join(sorted(netdevs)) or 'no interfaces'}")
+        state = (f"{listed(selected, SHOWN)} {'is' if len(selected) == 1 else 'are'} not up" if selected
+                 else f"it matches none of {listed(sorted(netdevs), SHOWN) or 'no interfaces'}")
         yield ctx.graded(ctx.severity("socket_ifname_severity"), setting.name,
                          f"{_origin(setting)} gives NCCL no usable interface ({state}): NCCL's bootstrap "
-                         "fails and jobs do not start", evidence={"selected": selected}, rule="socket_ifname_severity",
+                         "fails and jobs do not start", evidence={"selected": selected[:EVIDENCE_ITEMS]},
+                         rule="socket_ifname_severity",
                          remedy=_remedy(setting, "name an interface that is up (ip -br link)"))
         return
     if not selection.exclude:
@@ -214,8 +266,10 @@ def _socket_ifname(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
                    if not any(selection.entry_matches(entry, name) for name in netdevs)]
         if missing:
             yield ctx.graded(ctx.severity("socket_ifname_entry_severity"), setting.name,
-                             f"{_origin(setting)}: {', '.join(repr(name) for name in missing)} match(es) no "
-                             f"interface of this node; NCCL uses {', '.join(up)}", rule="socket_ifname_entry_severity",
+                             f"{_origin(setting)}: {listed([repr(cut_text(name, 60)) for name in missing], SHOWN)} "
+                             f"match(es) no interface of this node; NCCL uses {listed(up, SHOWN)}",
+                             evidence={"unmatched_entries": len(missing), "entries": selection.count},
+                             rule="socket_ifname_entry_severity",
                              remedy=_remedy(setting, "drop the names this node does not have"))
 
 
@@ -295,21 +349,23 @@ def cloud_fabric_settings(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Fin
         setting = nccl.get(name)
         if setting is None:
             continue
-        listed = [item.strip() for item in setting.value.split(",") if item.strip()]
-        bad = [item for item in listed if item not in netdevs or netdevs[item].operstate != "up"]
+        # The first MAX_DEVICE_ENTRIES items: a huge list costs no more (the plugin reads a handful).
+        items = [item.strip() for item in setting.value.split(",", MAX_DEVICE_ENTRIES)[:MAX_DEVICE_ENTRIES]
+                 if item.strip()]
+        bad = [item for item in items if item not in netdevs or netdevs[item].operstate != "up"]
         if bad:
-            states = ", ".join(f"{item} ({netdevs[item].operstate or 'state unknown'})" if item in netdevs
-                               else f"{item} (no such interface)" for item in bad)
+            states = [f"{item} ({netdevs[item].operstate or 'state unknown'})" if item in netdevs
+                      else f"{cut_text(item, 60)} (no such interface)" for item in bad]
             yield ctx.graded(ctx.severity("socket_ifname_severity"), setting.name,
-                             f"{_origin(setting)} names interfaces NCCL's TCPX plugin cannot use: {states}",
-                             evidence={"listed": listed, "gpu_nics": fabric},
+                             f"{_origin(setting)} names interfaces NCCL's TCPX plugin cannot use: {listed(states, SHOWN)}",
+                             evidence={"listed": items[:EVIDENCE_ITEMS], "gpu_nics": fabric},
                              rule="socket_ifname_severity",
                              remedy=_remedy(setting, "name the GPU NICs that are up (`ip -br link`; find them by "
                                                      "PCI address, names differ between images)"))
-        elif name in TCPX_INTERFACE_LISTS and (left := sorted(set(fabric) - set(listed), key=natural_key)):
+        elif name in TCPX_INTERFACE_LISTS and (left := sorted(set(fabric) - set(items), key=natural_key)):
             yield ctx.graded(ctx.severity("unselected_compute_severity"), setting.name,
                              f"{_origin(setting)} leaves out GPU NICs {', '.join(left)}: their GPUs' traffic "
-                             "crosses to another NIC", evidence={"listed": listed, "gpu_nics": fabric},
+                             "crosses to another NIC", evidence={"listed": items[:EVIDENCE_ITEMS], "gpu_nics": fabric},
                              rule="unselected_compute_severity",
                              remedy=_remedy(setting, f"add {', '.join(left)}"))
 

@@ -54,8 +54,10 @@ def test_nccl_conf_file_replaces_the_home_file() -> None:
 
 
 def test_config_syntax_as_nccl_reads_it() -> None:
-    pairs, ignored = parse_nccl_conf("# comment\nNCCL_IB_HCA==mlx5_0,mlx5_3\r\nNCCL_DEBUG = INFO\nnonsense\n\nA=b=c\n")
+    pairs, ignored = parse_nccl_conf("# comment\nNCCL_IB_HCA==mlx5_0,mlx5_3\r\nNCCL_DEBUG = INFO\nNCCL_ALGO Ring\n\n"
+                                     "A=b=c\nnonsense\nsecret: x\n")
     assert pairs == [("NCCL_IB_HCA", "=mlx5_0,mlx5_3"), ("A", "b=c")]
+    # Lines that do not name NCCL are never quoted: NCCL_CONF_FILE may name any file.
     assert [(line.line_number, line.why.split(":")[0]) for line in ignored] == [
         (3, "spaces around the name"), (4, "no '='")]
 

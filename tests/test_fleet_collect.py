@@ -228,7 +228,10 @@ def test_a_run_cut_off_by_finish_is_forgotten(feed: str) -> None:
     give(n1 + prefixed("n2", json.dumps(make_report("n2", "warn", [MTU_WARN]), indent=2)))
     second = {node.host: node for node in collector.finish()}
     assert str(second["n2"].grade) == "warn" and str(second["n1"].grade) == "invalid"
-    assert second["n1"].top.summary == "more than one report from this sender"
+    # The first report's failure stays beside the second one's breakage.
+    assert second["n1"].top.summary.startswith("more than one report from this sender: fail (link-speed mlx5_3:1: port runs")
+    assert [(str(grade), top.check if top else None) for _, grade, top in second["n1"].reports] == [
+        ("fail", "link-speed"), ("invalid", None)]
 
 
 def test_unreadable_input_is_a_usage_error(tmp_path: Path) -> None:
@@ -251,8 +254,11 @@ def test_report_without_final_newline_glued_to_the_next_hosts_line() -> None:
     nodes = {node.host: node for node in collector.finish(expected_hosts=["n1", "n2", "n3", "n4"])}
     assert {host: str(node.grade) for host, node in nodes.items()} == {
         "n1": "invalid", "n4": "invalid", "n2": "invalid", "n3": "unreachable"}
-    assert nodes["n1"].top.summary == "text after its report on the same line: 'n4: {'"
-    assert nodes["n2"].top.summary == "text after its report on the same line: 'n3: Segmentation fault'"
+    assert nodes["n1"].top.summary == ("text after its report on the same line: 'n4: {'; its report: warn "
+                                       "(mtu ens1f0np0: MTU 1500, expected 9000)")
+    # n2's own failure stays visible beside the glue that made it invalid.
+    assert nodes["n2"].top.summary == ("text after its report on the same line: 'n3: Segmentation fault'; its report: "
+                                       "fail (link-speed mlx5_3:1: port runs at 200 Gb/s (4X HDR), expected 400 Gb/s (4X NDR))")
 
 
 def test_parallel_shell_failure_explains_every_silent_node() -> None:

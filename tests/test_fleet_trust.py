@@ -58,7 +58,10 @@ def test_two_reports_from_one_sender_make_it_invalid() -> None:
     lines = prefixed("n1", json.dumps(make_report("n1", "fail", [LINK_FAIL]))) + prefixed("n1", json.dumps(make_report("n1")))
     nodes = collect(lines, ["n1"])
     assert grades(nodes) == {"n1": "invalid"}
-    assert nodes["n1"].top.summary == "more than one report from this sender"
+    # Each report's own verdict stays beside the `invalid`: the second one hides no failure.
+    assert nodes["n1"].top.summary == ("more than one report from this sender: fail (link-speed mlx5_3:1: port runs at "
+                                       "200 Gb/s (4X HDR), expected 400 Gb/s (4X NDR)); pass")
+    assert [str(grade) for _, grade, _ in nodes["n1"].reports] == ["fail", "pass"]
 
 
 def test_a_glued_line_is_its_senders_and_never_makes_another_node_better() -> None:

@@ -128,7 +128,10 @@ def test_fifo_and_unreadable_and_huge_files(tmp_path: Path) -> None:
     assert tree.read("fifo") is None
     if os.geteuid() != 0:                    # root reads mode-0 files anyway
         assert tree.read("locked") is None
-    assert len(tree.read("huge") or "") == MAX_READ_BYTES
+    # Over the budget: unreadable, never cut (a cut value would be parsed as if whole).
+    assert tree.read("huge") is None
+    (root / "full").write_bytes(b"z" * MAX_READ_BYTES)
+    assert len(tree.read("full") or "") == MAX_READ_BYTES
     assert tree.read("binary") == "\ufffd\ufffd ok"
 
 

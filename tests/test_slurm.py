@@ -108,6 +108,21 @@ def test_internal_error_does_not_drain_unless_configured(tmp_path: Path) -> None
     assert "cannot run" in stderr
 
 
+@pytest.mark.parametrize("offset", [0, 1, 2])
+def test_an_error_line_cut_inside_a_utf8_character_stays_valid_text(tmp_path: Path, offset: int) -> None:
+    """The hook keeps 120 bytes of the last error line: a cut through coreutils' ‘quotes’ (or
+    any multi-byte character) must not leave invalid UTF-8 in the log or the drain reason,
+    wherever the path lengths put the cut."""
+    crash = tmp_path / "crashing-netdoctor"
+    line = "x" * (118 + offset) + "‘quoted’ and more"
+    crash.write_text(f"#!/bin/bash\necho '{line}' >&2\nexit 3\n")
+    crash.chmod(0o755)
+    code, calls, stderr = run_hook(tmp_path, "prolog", "/nonexistent", NETDOCTOR=str(crash), DRAIN_ON_ERROR="yes",
+                                   REASON_MAX="400")
+    assert code == 1 and "x" * 100 in stderr          # decoded as UTF-8 by run_hook: no stray byte
+    assert len(calls) == 1 and calls[0].endswith(" " + "x" * (118 + offset))
+
+
 def test_prolog_deadline_kills_a_hung_netdoctor(tmp_path: Path) -> None:
     hang = tmp_path / "hanging-netdoctor"
     hang.write_text("#!/bin/bash\nexec sleep 60\n")

@@ -7,18 +7,23 @@ run in daemon worker threads: a check that raises becomes one `unknown` finding
 `unknown: deadline reached` while the report goes on. Daemon threads, not a
 ThreadPoolExecutor: the interpreter joins executor workers at exit, so one hung
 third-party check would hold the process past its deadline.
+
+What a check yields is bounded as it comes (netdoctor.checks.bounds): at most MAX_FINDINGS
+findings per check, the worst kept and the rest folded into one finding that says how many,
+and a bounded amount of text and evidence in each.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import structlog
 
 from netdoctor.checks.api import Check, CheckContext, CounterHistory
+from netdoctor.checks.bounds import FindingBuffer, bounded_finding
 from netdoctor.checks.needs import ProbeInput, gate
 from netdoctor.checks.registry import Registry
 from netdoctor.errors import UsageError
@@ -56,9 +61,9 @@ class _Envelope:
     duration_s: float = 0.0
     done: threading.Event = field(default_factory=threading.Event)
 
-    def run(self, context: CheckContext) -> None:
+    def run(self, context: CheckContext, shadowed: Callable[[Finding], bool]) -> None:
         try:
-            self.findings = _collect(self.check, self.check.function(context))
+            self.findings = _collect(self.check, self.check.function(context), shadowed)
         except BaseException as error:  # the envelope: anything a plugin raises is a result
             self.error = error
         finally:
@@ -66,15 +71,16 @@ class _Envelope:
             self.done.set()
 
 
-def _collect(check: Check, produced: Iterable[Finding] | None) -> list[Finding]:
-    findings: list[Finding] = []
+def _collect(check: Check, produced: Iterable[Finding] | None,
+             shadowed: Callable[[Finding], bool] = lambda finding: False) -> list[Finding]:
+    findings = FindingBuffer(check.id, shadowed=shadowed)
     for item in produced or ():
         if not isinstance(item, Finding):
             raise TypeError(f"yielded {type(item).__name__}, not a Finding")
         if item.check != check.id:
             raise ValueError(f"yielded a finding for check {item.check!r}")
-        findings.append(item)
-    return findings
+        findings.add(item)
+    return findings.findings()
 
 
 def _worst(findings: list[Finding]) -> Status:
@@ -102,7 +108,8 @@ def run_checks(inventory: Inventory, pack: RulePack, registry: Registry, *,
             continue
         context = CheckContext(check.id, inventory, pack, history=history, probe=probe, loopback=loopback)
         envelope = _Envelope(check, started=time.monotonic())
-        worker = threading.Thread(target=envelope.run, args=(context,), name=f"check:{check.id}", daemon=True)
+        shadowed = _shadow_rule(pack, check.id)
+        worker = threading.Thread(target=envelope.run, args=(context, shadowed), name=f"check:{check.id}", daemon=True)
         envelopes.append(envelope)
         worker.start()
 
@@ -118,11 +125,15 @@ def run_checks(inventory: Inventory, pack: RulePack, registry: Registry, *,
     for check in selected:
         produced, duration_s, error = _result_of(check, gated.get(check.id), by_id.get(check.id), debug)
         # A check (or one rule of it) in the pack's shadow list is reported, never graded.
-        produced = [replace(finding, shadow=True) if pack.is_shadow(check.id, finding.rule) else finding
+        produced = [bounded_finding(replace(finding, shadow=True) if pack.is_shadow(check.id, finding.rule) else finding)
                     for finding in produced]
         findings.extend(produced)
         outcomes.append(CheckOutcome(check.id, _worst(produced), duration_s, check.id in required, error=error))
     return findings, outcomes
+
+
+def _shadow_rule(pack: RulePack, check_id: str) -> Callable[[Finding], bool]:
+    return lambda finding: pack.is_shadow(check_id, finding.rule)
 
 
 def _result_of(check: Check, gated: Finding | None, envelope: _Envelope | None,

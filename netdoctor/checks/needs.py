@@ -22,7 +22,7 @@ Verdict = tuple[Status, str] | None
 # What the pipeline hands the checks of the probe: nothing (not run), why not, or its result.
 ProbeInput = ProbeResult | ProbeNotRun | None
 
-_BAD_STATES = (SourceState.TIMEOUT, SourceState.ERROR, SourceState.PARSE_ERROR)
+_BAD_STATES = (SourceState.TIMEOUT, SourceState.ERROR, SourceState.PARSE_ERROR, SourceState.TOO_LARGE)
 _RDMA_TOOLS = ("ibstat", "ibv_devinfo-v")
 
 

@@ -11,8 +11,9 @@ Attribution (CONTRACT 6.4): a line is its sender's, the host of its `host: ` pre
 the file the sweep wrote for it), never the `host` a report names. Text after a report on
 its line (pdsh glues a node's unterminated last line onto the next one), a second report
 from one sender, or a report naming another host of the sweep make the sender `invalid`
-and never touch another node's entry; a name that is no other host (an alias, an FQDN) is
-kept beside the sender's. What is kept per node is bounded (`bounded`).
+and never touch another node's entry; each report's own verdict stays beside the `invalid`
+(`saved.refusal`), so none hides a failing one. A name that is no other host (an alias, an
+FQDN) is kept beside the sender's. What is kept per node is bounded (`bounded`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from netdoctor.fleet.bounded import (
     raw_decode,
 )
 from netdoctor.fleet.model import NodeGrade, NodeSummary, no_report, summarize_report
-from netdoctor.fleet.saved import SavedInputs, refusal
+from netdoctor.fleet.saved import MORE_THAN_ONE, SavedInputs, refusal
 from netdoctor.fleet.shell import KEPT_LINES as _KEPT_NOISE_LINES
 from netdoctor.fleet.shell import MAX_LINE_CHARS as _MAX_NOISE_CHARS
 from netdoctor.fleet.shell import SHELL_STARTS, ShellMessages
@@ -90,8 +91,9 @@ class FleetCollector(SavedInputs):
         self.observer = observer
         self._shell = ShellMessages(frozenset(hosts), command_timeout_s)
         self._task_hosts = hosts if labelled else None
-        # Senders made `invalid` for what they sent; anything more from them is dropped.
-        self._refused: set[str] = set()
+        # Senders made `invalid` for what they sent -> the input they sent it in: anything more
+        # from them there is dropped (another saved file is read: its report is kept beside).
+        self._refused: dict[str, str] = {}
         self._summaries: dict[str, NodeSummary] = {}
         self._pending: dict[str, _Run] = {}     # hosts whose JSON object is still open
         self._noise: dict[str, list[str]] = {}
@@ -283,7 +285,7 @@ class FleetCollector(SavedInputs):
 
     def _feed_host_text(self, host: str, text: str, source: str) -> None:
         self._attributed_lines += 1
-        if host in self._refused:
+        if self._refused.get(host) == source:
             return
         run = self._pending.get(host)
         if run is not None:
@@ -357,26 +359,33 @@ class FleetCollector(SavedInputs):
         """A sender's report is complete; anything after it on its line is the sender's too."""
         rest = rest.strip()
         if rest:
-            self._refuse(host, f"text after its report on the same line: {rest[:_MAX_NOISE_CHARS]!r}", source)
+            self._refuse(host, f"text after its report on the same line: {rest[:_MAX_NOISE_CHARS]!r}", source,
+                         summarize_report(data, source, host))
         else:
             self._store(summarize_report(data, source, host))
 
-    def _refuse(self, host: str, why: str, source: str = "") -> None:
-        """The sender is `invalid` for what it sent; the rest of its output is dropped."""
-        self._refused.add(host)
+    def _refuse(self, host: str, why: str, source: str = "", report: NodeSummary | None = None) -> None:
+        """The sender is `invalid` for what it sent (`report`: the report in it, whose verdict is
+        kept beside); the rest of its output is dropped. A report it gave before stays beside too."""
+        refused = refusal(report, why) if report is not None else no_report(host, NodeGrade.INVALID, why, source)
+        earlier = self._summaries.get(host) if host not in self._file_fallbacks else None
+        self._refused[host] = source
         self._file_fallbacks.discard(host)
-        self._summaries[host] = no_report(host, NodeGrade.INVALID, why, source)
+        self._summaries[host] = refusal(earlier, MORE_THAN_ONE, refused) if earlier is not None else refused
         if self.observer is not None:
             self.observer.settled(host, NodeGrade.INVALID)
 
     def _store(self, summary: NodeSummary) -> None:
         host = summary.host
-        if host in self._refused:
-            return
         if host in self._file_fallbacks:
             self._file_fallbacks.discard(host)
         elif host in self._summaries:
-            self._refuse(host, "more than one report from this sender", summary.source)
+            # A second report of one sender (or of one host, from saved files): `invalid`, each
+            # report's own verdict kept beside, so that neither hides the other.
+            self._refused[host] = summary.source
+            self._summaries[host] = refusal(self._summaries[host], MORE_THAN_ONE, summary)
+            if self.observer is not None:
+                self.observer.settled(host, NodeGrade.INVALID)
             return
         self._summaries[host] = summary
         if self.observer is not None:

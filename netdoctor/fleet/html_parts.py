@@ -11,8 +11,9 @@ from typing import Any
 
 from netdoctor.fleet.model import GRADE_ORDER, NodeGrade, NodeSummary
 from netdoctor.fleet.report import FleetReport
-from netdoctor.fleet.views import (changes_heading, clean_leaves_by_rail, contiguous_ranges, drift_rows, finding_groups,
-                                   fold_hosts, grade_groups, host_list, hosts_phrase, rail_rows, version_groups)
+from netdoctor.fleet.views import (NOT_JUDGED_WHY, changes_heading, clean_leaves_by_rail, contiguous_ranges, drift_rows,
+                                   finding_groups, fold_hosts, grade_groups, host_list, hosts_phrase, not_judged_hosts,
+                                   rail_rows, version_groups)
 from netdoctor.textsafe import safe_text
 from netdoctor.util import natural_key
 
@@ -126,6 +127,10 @@ def rails_html(rails: Iterable[Any]) -> str:
     for rail, leaves, ports in clean_leaves_by_rail(clean):
         parts.append(f"<tr class=\"clean\"><td class=\"hosts\">{_hosts(leaves, 'leaves')}</td><td></td>"
                      f"<td>{escape(rail)}</td><td>{ports:,}</td><td>none</td></tr>")
+    unjudged = not_judged_hosts(odd + clean)
+    if unjudged:
+        parts.append(f"<tr class=\"not-judged\"><td colspan=\"4\">not judged ({escape(NOT_JUDGED_WHY)})</td>"
+                     f"<td class=\"hosts\">{_hosts(unjudged)}</td></tr>")
     parts.append("</table>")
     return "".join(parts)
 

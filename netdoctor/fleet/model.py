@@ -112,6 +112,11 @@ class TopFinding:
         return f"{where}: {self.summary}" if where else self.summary
 
 
+# One report of a sender that gave several (or named another host): where it came from, the
+# grade it gave itself and its top finding (CONTRACT 6.4: no second report hides a first).
+SenderReport = tuple[str, NodeGrade, TopFinding | None]
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSummary:
     """What the fleet keeps of one node: grade, top finding, per-check status, metrics.
@@ -137,11 +142,13 @@ class NodeSummary:
     # measurement), bounded as read (`bounded_facts`).
     gpus: int | None = None
     rails: tuple[Rail, ...] = ()
+    rails_guessed: bool = False   # `fabric.rails_guessed`: a rail's nearest GPU was a guess, wiring not judged
     probe: Mapping[str, Any] = field(default_factory=dict)
     # The fleet judged against itself: the report's `versions` (CONTRACT 6.3; its
     # `neighbors` are in `rails`), and its warn-or-worse findings (check, subject, status, summary) for `--since`.
     versions: Mapping[str, Any] = field(default_factory=dict)
     findings: tuple[tuple[str, str | None, str, str], ...] = ()
+    reports: tuple[SenderReport, ...] = ()   # an `invalid` sender's own reports, each with its verdict
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -161,6 +168,9 @@ class NodeSummary:
             data["versions"] = self.versions
         if self.findings:
             data["findings"] = [finding_json(finding) for finding in self.findings]
+        if self.reports:
+            data["reports"] = [{**({"file": source} if source else {}), "grade": str(grade),
+                                "top": top.to_json() if top else None} for source, grade, top in self.reports]
         return data
 
     def headline(self) -> str:
@@ -353,6 +363,8 @@ def bounded_fabric(fabric: Any, neighbors: Any) -> dict[str, Any]:
     kept: dict[str, Any] = {"gpus": gpus} if gpus.__class__ is int and 0 <= gpus < 1 << 16 else {}
     if rails.__class__ is not list:
         return kept
+    if fabric.get("rails_guessed") is True:
+        kept["rails_guessed"] = True
     if neighbors.__class__ is not dict:
         neighbors = {}
     intern = sys.intern

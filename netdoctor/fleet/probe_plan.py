@@ -4,27 +4,49 @@ Pure: hosts and measurements in, groups, suspects and node verdicts out (the coo
 netdoctor.fleet.probe_run, runs the traffic; benchmarks/fleet_probe_sim.py drives this with
 a simulated fabric).
 
-Three rounds at most, each one all-reduce per group, all groups of a round at once:
+**Schedule.** Groups are pairs; a node is in at most one group per round and all groups of
+a round run at once. The one rule: no two nodes share every group, so a slow node can never
+drag a partner down with it everywhere.
 
-1. hosts in name order, paired neighbour by neighbour: (h0,h1), (h2,h3), ...
-2. the same, shifted by one: (h1,h2), (h3,h4), ..., (hn-1,h0), without the nodes that did
-   not answer in round 1. Every node has now met two different partners (an odd count ends
-   in a group of three). A node slow with every partner is a *suspect*; one slow pair alone
-   blames neither of its nodes.
-3. every suspect with a node that passed both rounds, one communicator per rail in parallel
-   (rail k of one node to rail k of the other, NCCL_IB_HCA one port each): a rail far below
-   the node's other rails is the suspect (`kind: rail`); every rail slow keeps the node.
+1. hosts in name order, paired neighbour by neighbour: (h0,h1), (h2,h3), ...; with an odd
+   count the last node sits this round out.
+2. among the nodes that answered round 1, each with the next free node in name order
+   (starting one along, circularly) that it has not met: (h1,h2), (h3,h4), ..., (hn-1,h0).
+   Then, only where a node still has fewer than two partners that answered (an odd count
+   leaves h0 and hn-1 with one each; a partner went silent), a **top-up** (also numbered
+   round 2, run after it): each such node with a node it has not met, those short of a
+   partner first, else the next node in name order (already paired in round 2 or not: the
+   top-up is a round of its own). So from 3 nodes on, all answering, every node meets two
+   different partners; two nodes alone cannot be told apart and neither is named. There is
+   one top-up only: a node whose partners went silent twice may end with one partner, and
+   a node with one partner is never accused.
+3. (only with suspects) every suspect with a node that passed all its groups, one
+   communicator per rail in parallel (rail k to rail k, NCCL_IB_HCA one port each): a rail
+   far below the node's other rails is the suspect (`kind: rail`); every rail slow keeps
+   the node.
 
-A group's expected bus bandwidth comes from what its nodes report (compute rails x port
-rate, the slower node's), times the pack's efficiency; where no node reports a rate the
-round's median stands in.
+**Verdicts.** A group is slow below `pass_fraction` of its yardstick. A node is a *suspect*
+only when every group it was in was slow, it had two partners at least, and in one of those
+groups every partner was fine elsewhere (so the group is explained by this node alone). A
+node with a group that was fine is never accused; one slow everywhere beside partners slow
+elsewhere too is `warn`, not told apart from them (the middle of a run of slow nodes, or a
+healthy node between two slow ones: the pairs cannot tell these apart).
+
+**Expectation.** One yardstick for every group, never what a group's members say of
+themselves: the pack's `[fleet-probe] expected_busbw_gbps` where set (> 0); else the fabric
+most nodes report (the mode of GPU count and rail rates, held by more nodes than any other)
+as rails x rate / 8 x `efficiency`; else, where that majority reports no rate or there is
+no majority (a tie), the median of the round's groups. A node claiming another fabric has
+one vote in the mode and cannot lower, or raise, any group's expectation.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 ROUND_PAIRS, ROUND_SHIFTED, ROUND_RAILS = 1, 2, 3
@@ -36,11 +58,6 @@ class NodeFabric:
 
     gpus: int
     rails: tuple[tuple[str, float | None], ...] = ()     # (port, Gb/s) in the node's rail order
-
-    @property
-    def rail_gbps(self) -> float | None:
-        rates = [rate for _, rate in self.rails if rate]
-        return sum(rates) if rates and len(rates) == len(self.rails) else None
 
 
 @dataclass(frozen=True)
@@ -75,6 +92,7 @@ class Thresholds:
     pass_fraction: float = 0.8
     warn_fraction: float = 0.5
     rail_fraction: float = 0.7        # a rail below this share of its siblings' median
+    expected_busbw_gbps: float = 0.0  # > 0: every group's expectation (GB/s); 0: the fleet's majority fabric
 
 
 @dataclass(frozen=True)
@@ -94,21 +112,82 @@ class Suspect:
         return data
 
 
-def pair_round(hosts: Sequence[str], shift: int, port: int) -> list[Group]:
-    """Neighbours in name order, starting `shift` along; an odd count ends in a group of three."""
+def pair_round(hosts: Sequence[str], met: Mapping[str, set[str]], shift: int, port: int) -> list[Group]:
+    """Each host with the next free host in name order it has not met, starting `shift` along.
+
+    Scans forward only (the circle is cut at `shift`): a host with no such partner sits the
+    round out, for the top-up to catch."""
     ordered = list(hosts[shift:]) + list(hosts[:shift])
-    groups = [tuple(ordered[index:index + 2]) for index in range(0, len(ordered) - len(ordered) % 2, 2)]
-    if len(ordered) % 2 and groups:
-        groups[-1] = (*groups[-1], ordered[-1])
-    return [Group(tuple(group), port) for group in groups if len(group) >= 2]
+    taken: set[str] = set()
+    groups = []
+    for index, host in enumerate(ordered):
+        if host in taken:
+            continue
+        partner = next((ordered[later] for later in range(index + 1, len(ordered))
+                        if ordered[later] not in taken and ordered[later] not in met.get(host, ())), None)
+        if partner is not None:
+            taken.update((host, partner))
+            groups.append(Group((host, partner), port))
+    return groups
 
 
-def expected_busbw(group: Sequence[str], fabrics: Mapping[str, NodeFabric], thresholds: Thresholds) -> float | None:
-    """GB/s an all-reduce across `group` should reach: the slowest node's rails x rate / 8 x efficiency."""
-    rates = [fabrics[host].rail_gbps if host in fabrics else None for host in group]
-    if not rates or any(rate is None for rate in rates):
+def top_up_round(hosts: Sequence[str], met: Mapping[str, set[str]], port: int) -> list[Group]:
+    """A partner it has not met for each host with fewer than two: another such host first, else
+    the next host in name order (the top-up is a round of its own: any host is free in it)."""
+    short = [host for host in hosts if len(met.get(host, ())) < 2]
+    if not short:
+        return []
+    position = {host: index for index, host in enumerate(hosts)}
+    taken: set[str] = set()
+    groups = []
+    for host in short:
+        if host in taken:
+            continue
+        after = position[host] + 1
+        # Lazily: other short hosts after it, then before it, then every host after it, circularly.
+        candidates = chain((other for other in short if position[other] > position[host]),
+                           (other for other in short if position[other] < position[host]),
+                           (hosts[index % len(hosts)] for index in range(after, after + len(hosts))))
+        partner = next((other for other in candidates
+                        if other != host and other not in taken and other not in met.get(host, ())), None)
+        if partner is not None:
+            taken.update((host, partner))
+            groups.append(Group((host, partner), port))
+    return groups
+
+
+def partners_met(measurements: Sequence[Measurement]) -> dict[str, set[str]]:
+    """Who met whom in groups where everyone answered (a silent partner is no partner)."""
+    met: dict[str, set[str]] = {}
+    for measurement in measurements:
+        if measurement.silent or measurement.round == ROUND_RAILS:
+            continue
+        for host in measurement.hosts:
+            met.setdefault(host, set()).update(other for other in measurement.hosts if other != host)
+    return met
+
+
+def _fabric_kind(fabric: NodeFabric) -> tuple[int, tuple[float, ...]]:
+    """What makes nodes alike for the expectation: GPU count and rail rates (0: unknown), port names aside."""
+    return fabric.gpus, tuple(sorted(float(rate or 0.0) for _, rate in fabric.rails))
+
+
+def majority_fabric(fabrics: Mapping[str, NodeFabric]) -> tuple[int, tuple[float, ...]] | None:
+    """The fabric more nodes report than any other (GPUs, rail rates); None on a tie or no node."""
+    ranked = Counter(_fabric_kind(fabric) for fabric in fabrics.values()).most_common(2)
+    if not ranked or (len(ranked) == 2 and ranked[0][1] == ranked[1][1]):
         return None
-    return round(min(rates) / 8 * thresholds.efficiency, 1)   # type: ignore[type-var]
+    return ranked[0][0]
+
+
+def fleet_expectation(fabrics: Mapping[str, NodeFabric], thresholds: Thresholds) -> float | None:
+    """GB/s every group should reach: the pack's, else the majority fabric's rails x rate / 8 x efficiency."""
+    if thresholds.expected_busbw_gbps > 0:
+        return thresholds.expected_busbw_gbps
+    majority = majority_fabric(fabrics)
+    if majority is None or not majority[1] or not all(majority[1]):
+        return None
+    return round(sum(majority[1]) / 8 * thresholds.efficiency, 1)
 
 
 def ratio_of(measurement: Measurement, reference: float | None) -> float | None:
@@ -119,19 +198,18 @@ def ratio_of(measurement: Measurement, reference: float | None) -> float | None:
 
 def references(measurements: Sequence[Measurement], fabrics: Mapping[str, NodeFabric],
                thresholds: Thresholds) -> dict[tuple[str, ...], float | None]:
-    """Each group's yardstick: its expected busbw, else the median of its round's groups."""
+    """Each group's yardstick: the fleet's expectation, else the median of its round's groups."""
+    expected = fleet_expectation(fabrics, thresholds)
     medians: dict[int, float | None] = {}
     for number in {measurement.round for measurement in measurements}:
         values = [m.busbw_gbps for m in measurements if m.round == number and m.status == "ok" and m.busbw_gbps]
         medians[number] = statistics.median(values) if values else None
-    return {measurement.hosts: expected_busbw(measurement.hosts, fabrics, thresholds) or medians[measurement.round]
-            for measurement in measurements}
+    return {measurement.hosts: expected or medians[measurement.round] for measurement in measurements}
 
 
-def node_suspects(measurements: Sequence[Measurement], fabrics: Mapping[str, NodeFabric],
-                  thresholds: Thresholds) -> list[Suspect]:
-    """Nodes slow with every partner (two partners at least); a lone slow pair blames neither."""
-    yardsticks = references(measurements, fabrics, thresholds)
+def group_ratios(measurements: Sequence[Measurement], yardsticks: Mapping[tuple[str, ...], float | None],
+                 ) -> dict[str, list[tuple[float, tuple[str, ...]]]]:
+    """Per host, each measured group of rounds 1-2 it was in: (busbw / yardstick, the group's hosts)."""
     ratios: dict[str, list[tuple[float, tuple[str, ...]]]] = {}
     for measurement in measurements:
         ratio = ratio_of(measurement, yardsticks[measurement.hosts])
@@ -139,14 +217,29 @@ def node_suspects(measurements: Sequence[Measurement], fabrics: Mapping[str, Nod
             continue
         for host in measurement.hosts:
             ratios.setdefault(host, []).append((ratio, measurement.hosts))
+    return ratios
+
+
+def node_suspects(measurements: Sequence[Measurement], fabrics: Mapping[str, NodeFabric],
+                  thresholds: Thresholds) -> list[Suspect]:
+    """Nodes slow in every group (two partners at least) where, in one of those groups, every partner
+    was fine elsewhere; a lone slow pair, or partners slow elsewhere too, blame no one."""
+    ratios = group_ratios(measurements, references(measurements, fabrics, thresholds))
+    fine = {host for host, seen in ratios.items() if any(ratio >= thresholds.pass_fraction for ratio, _ in seen)}
     suspects = []
     for host, seen in sorted(ratios.items()):
         partners = {other for _, hosts in seen for other in hosts if other != host}
-        if len(partners) >= 2 and all(ratio < thresholds.pass_fraction for ratio, _ in seen):
-            detail = ", ".join(f"{ratio:.0%} with {'+'.join(other for other in hosts if other != host)}"
-                               for ratio, hosts in seen)
-            suspects.append(Suspect("node", host, None, f"every group with {host} ran slow: {detail} of the "
-                                    "expected bus bandwidth"))
+        if len(partners) < 2 or host in fine:
+            continue
+        # The witnesses: partners in a group this node alone explains (every partner fine elsewhere).
+        witnesses = sorted({other for _, hosts in seen if all(peer in fine for peer in hosts if peer != host)
+                            for other in hosts if other != host})
+        if not witnesses:
+            continue
+        detail = ", ".join(f"{ratio:.0%} with {'+'.join(other for other in hosts if other != host)}"
+                           for ratio, hosts in seen)
+        suspects.append(Suspect("node", host, None, f"every group with {host} ran slow: {detail} of the expected "
+                                f"bus bandwidth; {', '.join(witnesses)} ran fine with other nodes"))
     return suspects
 
 
@@ -177,17 +270,20 @@ def rail_suspects(measurement: Measurement, suspect_host: str, thresholds: Thres
 def localise(hosts: Sequence[str], fabrics: Mapping[str, NodeFabric], thresholds: Thresholds,
              measure: Callable[[int, list[Group]], list[Measurement]], port: int = 29400,
              ) -> tuple[list[Measurement], list[Suspect]]:
-    """Run up to three rounds through `measure(round, groups)`; every measurement and the suspects."""
+    """Run the rounds through `measure(round, groups)`; every measurement and the suspects."""
     ordered = sorted(hosts)
     measurements: list[Measurement] = []
     if len(ordered) < 2:
         return measurements, []
-    measurements += measure(ROUND_PAIRS, pair_round(ordered, 0, port))
-    # A node that did not answer is not asked again: its partners get partners that answer.
-    silent = {host for measurement in measurements for host in measurement.silent}
-    answering = [host for host in ordered if host not in silent]
-    if len(ordered) > 2 and len(answering) >= 2:
-        measurements += measure(ROUND_SHIFTED, pair_round(answering, 1, port))
+    measurements += measure(ROUND_PAIRS, pair_round(ordered, {}, 0, port))
+    if len(ordered) > 2:
+        # A node that did not answer is not asked again: its partners get partners that answer.
+        second = pair_round(_answering(ordered, measurements), partners_met(measurements), 1, port)
+        if second:
+            measurements += measure(ROUND_SHIFTED, second)
+        top_up = top_up_round(_answering(ordered, measurements), partners_met(measurements), port)
+        if top_up:
+            measurements += measure(ROUND_SHIFTED, top_up)
     suspects = node_suspects(measurements, fabrics, thresholds)
     if not suspects:
         return measurements, suspects
@@ -197,6 +293,7 @@ def localise(hosts: Sequence[str], fabrics: Mapping[str, NodeFabric], thresholds
     for measurement in measurements:
         for host in measurement.hosts:
             by_host.setdefault(host, []).append(ratio_of(measurement, yardsticks[measurement.hosts]))
+    # A rails partner must have passed every group it was in (an unmeasured one disqualifies).
     healthy = [host for host in ordered if host not in accused and by_host.get(host)
                and all(ratio is not None and ratio >= thresholds.pass_fraction for ratio in by_host[host])]
     rail_groups = rail_round(suspects, healthy, port)
@@ -215,6 +312,11 @@ def localise(hosts: Sequence[str], fabrics: Mapping[str, NodeFabric], thresholds
             note = "; every rail was slow with a healthy partner" if tested is not None else ""
             refined.append(Suspect(suspect.kind, suspect.host, suspect.subject, suspect.why + note))
     return measurements, refined
+
+
+def _answering(hosts: Sequence[str], measurements: Sequence[Measurement]) -> list[str]:
+    silent = {host for measurement in measurements for host in measurement.silent}
+    return [host for host in hosts if host not in silent]
 
 
 def node_grades(hosts: Sequence[str], measurements: Sequence[Measurement], suspects: Sequence[Suspect],
@@ -245,4 +347,10 @@ def _grade(host: str, mine: list[Measurement], accused: list[Suspect],
     best = max(ratios)
     partner = next(m for m in mine if ratio_of(m, yardsticks[m.hosts]) == best)
     text = f"{best:.0%} of the expected bus bandwidth with {'+'.join(h for h in partner.hosts if h != host)}"
-    return ("pass" if best >= thresholds.pass_fraction else "warn"), text
+    if best >= thresholds.pass_fraction:
+        return "pass", text
+    # Slow in every group, yet no suspect: one partner only, or partners slow elsewhere too.
+    partners = {other for m in mine if ratio_of(m, yardsticks[m.hosts]) is not None for other in m.hosts} - {host}
+    alone = ("its only measured partner: the two are not told apart" if len(partners) < 2
+             else "each partner was slow elsewhere too: not told apart from them")
+    return "warn", f"{text}; {alone}"

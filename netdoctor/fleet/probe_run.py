@@ -3,7 +3,8 @@
 1. `netdoctor check --no-probe --format json` on every node (the sweep, netdoctor.fleet.sweep):
    nodes that fail it, or do not answer, are left out of the pairs, with why; the others'
    reports say how many GPUs and which rails (`fabric`) they have.
-2. Up to three rounds (netdoctor.fleet.probe_plan): each runs `netdoctor fleet probe-node`
+2. Up to three rounds, and a top-up pair after round 2 where a node has met fewer than two
+   partners (netdoctor.fleet.probe_plan): each runs `netdoctor fleet probe-node`
    on every node of the round at once through the same parallel shell, the round plan on
    the command line; each node prints a report whose `probe` is its part of its group.
    A pair's two nodes must start together, so a round asks all its nodes at once (no
@@ -11,7 +12,8 @@
 3. The fleet report: every node's probe verdict, `probe.pairs` and `probe.suspects`.
 
 Attribution is the sweep's (CONTRACT 6.4): a node's line belongs to the host the shell says
-sent it; a group's numbers are its members' own, the slower one counting.
+sent it; a group's numbers are its members' own, the slower one counting; its expectation is
+the pack's or the fleet majority's, never its members' claims (probe_plan.fleet_expectation).
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ def run_fleet_probe(options: FleetProbeOptions) -> FleetReport:
     grades = node_grades(sorted(fabrics), measurements, suspects, fabrics, thresholds)
     checked = {node.host: node for node in check.nodes}
     nodes = [NodeSummary(host, NodeGrade(grade), TopFinding(why[:500], "fleet-probe"), gpus=checked[host].gpus,
-                         rails=checked[host].rails, versions=checked[host].versions)
+                         rails=checked[host].rails, versions=checked[host].versions,
+                         rails_guessed=checked[host].rails_guessed)
              for host, (grade, why) in grades.items()]
     nodes += list(left_out.values())
     missing = [host for host in asked if host not in grades and host not in left_out]

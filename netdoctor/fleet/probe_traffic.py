@@ -5,8 +5,6 @@ two-rank communicator per rail (NCCL_IB_HCA that one port) with the partner's sa
 
 from __future__ import annotations
 
-import json
-import sys
 import tempfile
 import threading
 import time
@@ -33,9 +31,9 @@ def _worker(gpus: list[int], nranks: int, rank_base: int, env: dict[str, str], b
             directory: str, tag: str, group: list[str]) -> engine.WorkerRun:
     config = {"group": group, "gpus": gpus, "sizes": [PAIR_BYTES], "iterations": PAIR_ITERATIONS, "warmup": PAIR_WARMUP,
               "nranks": nranks, "rank_base": rank_base, "budget_s": max(budget_s - 0.3, 0.5),
-              "localise_below_gbps": None, "nccl_library": env.get("NETDOCTOR_NCCL_LIBRARY") or None}
+              "localise_below_gbps": None, "nccl_library": engine.nccl_library(env)}
     result_path = Path(directory) / f"{tag}.json"
-    argv = [sys.executable, "-B", str(engine.worker_script()), json.dumps(config), str(result_path)]
+    argv = engine.worker_argv(engine.worker_script(), config, result_path)
     return engine.run_worker(argv, env, budget_s, result_path)
 
 

@@ -3,24 +3,37 @@
 On a rail-optimised fabric every node's rail k (the NIC nearest GPU k) lands on a leaf of
 rail k, so a rail-aligned job's traffic never crosses the spine. Each node reports its
 compute rails (`fabric.rails`: port, nearest GPU) and each port's first-hop switch
-(`neighbors`); per leaf, the rail most of its ports belong to is the leaf's rail, and
-the ports of another rail that land there are `odd`: a miswired cable, or two rails of one
-node on one leaf. Judged per leaf, it holds at any size (rail k of 1,024 nodes spans ~32
-leaves).
+(`neighbors`); per leaf, the rail most of its nodes put there is the leaf's rail, and the
+ports of another rail that land there are `odd`: a miswired cable, or two rails of one node
+on one leaf. Judged per leaf, it holds at any size (rail k of 1,024 nodes spans ~32 leaves).
 
-A rail's name is the HCA's (`mlx5_3`) where every node puts that HCA nearest the same GPU;
-otherwise `GPU3` (the NIC nearest GPU 3), so nodes that name their NICs differently still
-compare. A leaf whose largest rail holds less than `min_majority` of its ports is not
-rail-aligned (a small fabric with every rail on one leaf): `aligned: false`, nothing odd.
-A rail is odd on an aligned leaf only while it holds at most `odd_fraction` of its ports,
-so a leaf designed for two rails is not a wiring fault.
+Every count is of nodes, never of node layouts or ports, so that no node weighs more than
+another (one lying node among a thousand honest ones moves nothing):
+
+* a port sits by the GPU most nodes put it nearest (`placement`), and carries that GPU's rail.
+  A node that puts it by another GPU carries the rail of the port most nodes have by that
+  GPU (`GPU3` where no one port is: two NICs per GPU); a port whose GPU its node did not know
+  sits where most nodes put it. A rail is shown by its HCA (`mlx5_3`), or by its GPU (`GPU3`)
+  where some node lays its HCAs out otherwise: one node can change how rails are named,
+  never which node is odd.
+* on a leaf, each node has one vote, split evenly over the rails it puts there: a node listing
+  16 ports on one leaf weighs what a node listing one does.
+* a node whose GPU for some NIC was a guess (its report's `fabric.rails_guessed`: nvidia-smi
+  topo -m did not place the NIC and its NUMA node holds several GPUs) votes on nothing; it is
+  listed as `not_judged` on the leaves it named.
+
+A leaf whose largest rail holds less than `min_majority` of its nodes is not rail-aligned (a
+small fabric with every rail on one leaf): `aligned: false`, nothing odd. A rail is odd on an
+aligned leaf only while it holds at most `odd_fraction` of its nodes, so a leaf designed for
+two rails is not a wiring fault. Three passes over the rails: linear in the nodes.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from netdoctor.fleet.model import NodeSummary
@@ -33,59 +46,151 @@ class RailThresholds:
     odd_fraction: float = 0.25
 
 
+@dataclass(slots=True)
+class _Leaf:
+    """One leaf switch as the judged nodes describe it."""
+
+    guid: str | None
+    names: dict[str, int] = field(default_factory=dict)     # switch name -> nodes giving it (one each)
+    shares: dict[str, int | Fraction] = field(default_factory=dict)   # rail -> its votes (nodes)
+    hosts: dict[str, list[str]] = field(default_factory=dict)        # rail -> the nodes voting for it
+    nodes: int = 0
+    ports: int = 0
+    not_judged: list[str] = field(default_factory=list)
+
+
 def find_rails(nodes: Iterable[NodeSummary], thresholds: RailThresholds = RailThresholds()) -> list[dict[str, Any]]:
-    """Per leaf switch: its rail, its port count, and the odd ports (rail -> nodes); odd leaves first."""
-    # Per leaf (by GUID, else name): its GUID, its name, and (port, nearest GPU, host) of every port on it.
-    leaves: dict[str, tuple[str | None, str | None, list[tuple[str, int | None, str]]]] = {}
-    layouts: set[tuple[tuple[str, int | None], ...]] = set()   # each node's (port, nearest GPU) pairs
-    for node in nodes:
-        host = node.host
-        if not node.rails:
-            continue
-        layouts.add(tuple([rail[:3:2] for rail in node.rails]))
-        for port, _, gpu, guid, switch_name in node.rails:
-            key = guid or switch_name
-            if key is None:
-                continue
-            leaf = leaves.get(key)
-            if leaf is None:
-                leaf = leaves[key] = (guid, switch_name, [])
-            leaf[2].append((port, gpu, host))
-    # A rail's name: the HCA's where every node puts each port nearest the same GPU, else the
-    # GPU's; a port whose GPU a node did not know is named as most nodes place that port.
-    pairs = {pair for layout in layouts for pair in layout}
-    placed = Counter(pair for layout in layouts for pair in layout if pair[1] is not None)
-    uniform = len({port for port, _ in placed}) == len(placed)
-    usual = {port: gpu for (port, gpu), _ in sorted(placed.items(), key=lambda item: item[1])}
-    two_ports = any(len({port.partition(":")[0] for port, _ in layout}) < len(layout) for layout in layouts)
-    names = {(port, gpu): _rail_name(port, gpu if gpu is not None else usual.get(port), uniform, two_ports)
-             for port, gpu in pairs}
-    entries = [_leaf_entry(guid, switch_name, [(names[(port, gpu)], host) for port, gpu, host in ports], thresholds)
-               for guid, switch_name, ports in leaves.values()]
+    """Per leaf switch: its rail, its port and node counts, the odd ports (rail -> nodes) and
+    the nodes not judged there; odd leaves first."""
+    with_rails = [node for node in nodes if node.rails]
+    judged = [node for node in with_rails if not node.rails_guessed]
+    names = _RailNames(judged)
+    leaves: dict[str, _Leaf] = {}
+    for node in judged:
+        _vote(node, names, leaves)
+    for node in with_rails:
+        if node.rails_guessed:
+            _not_judged(node, leaves)
+    labels = names.labels({rail for leaf in leaves.values() for rail in leaf.shares})
+    entries = [_leaf_entry(key, leaf, labels, thresholds) for key, leaf in leaves.items()]
     entries.sort(key=lambda entry: (not entry["odd"], natural_key(entry["leaf"])))
     return entries
 
 
-def _rail_name(port: str, gpu: int | None, uniform: bool, two_ports: bool) -> str:
-    if uniform or gpu is None:
-        return port if two_ports else port.partition(":")[0]
-    return f"GPU{gpu}"
+def _vote(node: NodeSummary, names: _RailNames, leaves: dict[str, _Leaf]) -> None:
+    """The node's one vote on each leaf it names, split evenly over the rails it puts there."""
+    usual_gpu = names.usual_gpu
+    # Leaf (by GUID, else name) -> (its GUID, its name as this node gives it, this node's rails there, each once).
+    on_leaf: dict[str, tuple[str | None, str | None, list[str]]] = {}
+    for port, _, gpu, guid, switch_name in node.rails:
+        key = guid or switch_name
+        if key is None:
+            continue
+        rail = port if gpu is None or usual_gpu.get(port, gpu) == gpu else names.of(port, gpu)
+        there = on_leaf.get(key)
+        if there is None:
+            on_leaf[key] = (guid, switch_name, [rail])
+        elif rail not in there[2]:
+            there[2].append(rail)
+    host = node.host
+    for key, (guid, switch_name, rails) in on_leaf.items():
+        leaf = leaves.get(key) or _leaf(leaves, key, guid)
+        leaf.nodes += 1
+        leaf.ports += len(rails)
+        if switch_name is not None:
+            leaf.names[switch_name] = leaf.names.get(switch_name, 0) + 1
+        # Exact shares, so that the thresholds compare without rounding.
+        share: int | Fraction = 1 if len(rails) == 1 else Fraction(1, len(rails))
+        shares, hosts = leaf.shares, leaf.hosts
+        for rail in rails:
+            if rail in shares:
+                shares[rail] += share
+                hosts[rail].append(host)
+            else:
+                shares[rail] = share
+                hosts[rail] = [host]
 
 
-def _leaf_entry(guid: str | None, switch_name: str | None, ports: list[tuple[str, str]],
-                thresholds: RailThresholds) -> dict[str, Any]:
-    # A node counts once per rail on a leaf: one node listing a port many times outvotes nobody.
-    ports = list(dict.fromkeys(ports))
-    counts = Counter([rail for rail, _ in ports])
-    rail = min(counts, key=lambda name: (-counts[name], natural_key(name))) if len(counts) > 1 else next(iter(counts))
-    aligned = counts[rail] >= thresholds.min_majority * len(ports)
-    odd: dict[str, list[str]] = {}
-    if aligned and len(counts) > 1:
-        for other, count in sorted(counts.items(), key=lambda item: natural_key(item[0])):
-            if other != rail and count <= thresholds.odd_fraction * len(ports):
-                odd[other] = sorted({host for name, host in ports if name == other}, key=natural_key)
-    entry: dict[str, Any] = {"leaf": switch_name or guid or "?", "switch_guid": guid, "rail": rail,
-                             "ports": len(ports), "odd": odd}
-    if not aligned:
-        entry["aligned"] = False
+def _not_judged(node: NodeSummary, leaves: dict[str, _Leaf]) -> None:
+    """The node listed on each leaf it names, voting on nothing (not even the leaf's name, unless
+    no judged node gives one)."""
+    named: set[str] = set()
+    for _, _, _, guid, switch_name in node.rails:
+        key = guid or switch_name
+        if key is not None and key not in named:
+            named.add(key)
+            leaf = _leaf(leaves, key, guid)
+            leaf.not_judged.append(node.host)
+            if switch_name is not None and not leaf.nodes:
+                leaf.names[switch_name] = leaf.names.get(switch_name, 0) + 1
+
+
+def _leaf(leaves: dict[str, _Leaf], key: str, guid: str | None) -> _Leaf:
+    leaf = leaves.get(key)
+    if leaf is None:
+        leaf = leaves[key] = _Leaf(guid)
+    return leaf
+
+
+class _RailNames:
+    """Each node's rails named from where most nodes put each port (`of`), and shown (`labels`)."""
+
+    def __init__(self, nodes: list[NodeSummary]) -> None:
+        placed: Counter[tuple[str, int]] = Counter()   # (port, GPU) -> nodes (a node lists a port once)
+        for node in nodes:
+            placed.update((port, gpu) for port, _, gpu, _, _ in node.rails if gpu is not None)
+        # port -> (nodes, GPU): the GPU most nodes put it by (the lower GPU of a tie).
+        self.placement: dict[str, tuple[int, int]] = {}
+        for (port, gpu), count in placed.items():
+            best = self.placement.get(port)
+            if best is None or (count, -gpu) > (best[0], -best[1]):
+                self.placement[port] = (count, gpu)
+        # GPU -> (nodes, the port most nodes put there); None where two tie (two NICs per GPU).
+        self.at_gpu: dict[int, tuple[int, str | None]] = {}
+        for port, (count, gpu) in self.placement.items():
+            best = self.at_gpu.get(gpu)
+            if best is None or count > best[0]:
+                self.at_gpu[gpu] = (count, port)
+            elif count == best[0]:
+                self.at_gpu[gpu] = (count, None)
+        self.usual_gpu = {port: gpu for port, (_, gpu) in self.placement.items()}
+        self.relaid = False   # some node puts a port by another GPU than most nodes do
+
+    def of(self, port: str, gpu: int | None) -> str:
+        """The rail a node's `port` carries, the node putting it by `gpu`."""
+        usual = self.placement.get(port)
+        if gpu is None or usual is None or usual[1] == gpu:
+            return port
+        # This node puts the port by another GPU: it carries the rail of that GPU's NIC.
+        self.relaid = True
+        there = self.at_gpu.get(gpu)
+        return there[1] if there is not None and there[1] is not None else f"GPU{gpu}"
+
+    def labels(self, rails: set[str]) -> dict[str, str]:
+        """Each rail as shown: by its GPU (`GPU3`) where some node lays its HCAs out otherwise,
+        else by its HCA (`mlx5_3`); with the port number where two rails would read alike."""
+        short = {rail: rail.partition(":")[0] for rail in rails}
+        if self.relaid:
+            by_gpu = {rail: f"GPU{self.placement[rail][1]}" if rail in self.placement else short[rail] for rail in rails}
+            if len(set(by_gpu.values())) == len(by_gpu):
+                return by_gpu
+        return short if len(set(short.values())) == len(short) else {rail: rail for rail in rails}
+
+
+def _leaf_entry(key: str, leaf: _Leaf, labels: dict[str, str], thresholds: RailThresholds) -> dict[str, Any]:
+    name = min(leaf.names, key=lambda name: (-leaf.names[name], natural_key(name))) if leaf.names else None
+    entry: dict[str, Any] = {"leaf": name or leaf.guid or key, "switch_guid": leaf.guid, "rail": None,
+                             "ports": leaf.ports, "nodes": leaf.nodes, "odd": {}}
+    shares = leaf.shares
+    if shares:
+        rail = min(shares, key=lambda name: (-shares[name], natural_key(labels[name])))
+        entry["rail"] = labels[rail]
+        if shares[rail] < thresholds.min_majority * leaf.nodes:
+            entry["aligned"] = False
+        else:
+            entry["odd"] = {labels[other]: sorted(leaf.hosts[other], key=natural_key)
+                            for other in sorted(shares, key=lambda name: natural_key(labels[name]))
+                            if other != rail and shares[other] <= thresholds.odd_fraction * leaf.nodes}
+    if leaf.not_judged:
+        entry["not_judged"] = sorted(leaf.not_judged, key=natural_key)
     return entry

@@ -73,9 +73,11 @@ class FleetReport:
         fail, unreachable or invalid.
 
         The order follows the node grade rule (fail > unknown > warn > pass): a node that
-        did not answer or answered garbage cannot be trusted with a job, like a failing one.
+        did not answer or answered garbage cannot be trusted with a job, like a failing one. An
+        `invalid` sender's own reports count too: a second report never makes the code better
+        than the worst verdict a sender gave itself.
         """
-        grades = {node.grade for node in self.nodes}
+        grades = {node.grade for node in self.nodes} | {grade for node in self.nodes for _, grade, _ in node.reports}
         if grades & {NodeGrade.FAIL, NodeGrade.UNREACHABLE, NodeGrade.INVALID}:
             return 2
         if NodeGrade.UNKNOWN in grades:

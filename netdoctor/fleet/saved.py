@@ -9,7 +9,8 @@ JSON), `unreachable` when it is empty (the node gave no answer). Otherwise paral
 output, whose hosts are listed; such a file in which no line names a host is listed
 under its name as `invalid`, and an empty one names nobody. `*.err` files are stderr
 captures: they explain nodes and never name one themselves (an empty `sweep.err` is the
-normal case).
+normal case). Two files with reports for one host make it `invalid` with both reports'
+verdicts kept beside (`refusal`): a second file never hides a failing node.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import structlog
 
 from netdoctor.errors import UsageError
 from netdoctor.fleet.bounded import MAX_REPORT_CHARS, chunks, describe_json_error, raw_decode, read_head
-from netdoctor.fleet.model import NodeGrade, NodeSummary, no_report, summarize_report
+from netdoctor.fleet.model import NodeGrade, NodeSummary, SenderReport, no_report, summarize_report
 from netdoctor.fleet.shell import MAX_LINE_CHARS as _MAX_NOISE_CHARS
 from netdoctor.fleet.shell import SHELL_STARTS
 from netdoctor.host.files import open_text, read_prefix
@@ -37,11 +38,38 @@ _HOST_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*: ")
 _STDERR_SUFFIX = ".err"
 # How much of a file is read first to tell a JSON report from saved shell output.
 _SNIFF_CHARS = 1 << 16
+# What an `invalid` sender keeps of its own reports: the worst ones, each said in so many characters.
+_KEPT_REPORTS = 8
+_REPORT_WHY_CHARS = 200
+_WHY_CHARS = 500
+MORE_THAN_ONE = "more than one report from this sender"
 
 
-def refusal(summary: NodeSummary, why: str) -> NodeSummary:
-    """The sender's entry made `invalid` for `why`, keeping the name its report gave."""
-    return replace(no_report(summary.host, NodeGrade.INVALID, why, summary.source), reported_host=summary.reported_host)
+def refusal(summary: NodeSummary, why: str, *later: NodeSummary) -> NodeSummary:
+    """The sender's entry made `invalid` for `why` (CONTRACT 6.4), keeping the name its report
+    gave and, beside it, the verdict of each report it gave (`summary`'s, then `later`'s): a
+    second report, or one naming another host, hides no failing one. Its `top` says why and
+    names the reports worst first; the fleet's exit code counts their grades too."""
+    kept = [entry for node in (summary, *later) for entry in (node.reports or (_sender_report(node),))]
+    # Bounded whatever a sender repeats; the worst are kept (a stable sort keeps arrival order among equals).
+    kept = sorted(kept, key=lambda entry: -entry[1].severity)[:_KEPT_REPORTS]
+    several = len(kept) > 1
+    said = [_said(entry, several) for entry in kept if several or entry[1] is not NodeGrade.PASS]
+    text = why if not said else f"{why}: {'; '.join(said)}" if several else f"{why}; its report: {said[0]}"
+    invalid = no_report(summary.host, NodeGrade.INVALID, text[:_WHY_CHARS], summary.source)
+    return replace(invalid, reported_host=summary.reported_host, reports=tuple(kept))
+
+
+def _sender_report(node: NodeSummary) -> SenderReport:
+    return (node.source, node.grade, node.top)
+
+
+def _said(entry: SenderReport, named: bool) -> str:
+    """`fail in a.json (port-state mlx5_1:1: port is Down)`; the file only where there are several."""
+    source, grade, top = entry
+    where = f" in {Path(source).name}" if named and source else ""
+    detail = f" ({top.describe()[:_REPORT_WHY_CHARS]})" if top is not None else ""
+    return f"{grade}{where}{detail}"
 
 
 class SavedInputs:

@@ -34,6 +34,10 @@ def fleet_settings(rules: str | None) -> FleetSettings:
     minimum = drift.get("minimum", {})
     if not isinstance(minimum, dict) or not all(isinstance(value, str) for value in minimum.values()):
         raise RulesError(f"rule pack {pack.name!r}: [fleet-drift] minimum must map kinds to version strings")
+    expected = probe.get("expected_busbw_gbps")
+    if expected.__class__ not in (int, float) or not 0 <= expected < 1e6:   # type: ignore[operator]
+        raise RulesError(f"rule pack {pack.name!r}: [fleet-probe] expected_busbw_gbps must be a number of GB/s "
+                         f"(0: from the fleet's majority), not {expected!r}")
     sharp = probe.get("sharp_expected")
     if not isinstance(sharp, bool):
         raise RulesError(f"rule pack {pack.name!r}: [fleet-probe] sharp_expected must be true or false, not {sharp!r}")
@@ -41,7 +45,8 @@ def fleet_settings(rules: str | None) -> FleetSettings:
         probe=Thresholds(efficiency=share("fleet-probe", probe, "efficiency", 1.5),
                          pass_fraction=share("fleet-probe", probe, "pass_fraction"),
                          warn_fraction=share("fleet-probe", probe, "warn_fraction"),
-                         rail_fraction=share("fleet-probe", probe, "rail_fraction")),
+                         rail_fraction=share("fleet-probe", probe, "rail_fraction"),
+                         expected_busbw_gbps=float(expected)),   # type: ignore[arg-type]
         sharp_expected=sharp,
         minimum_versions=dict(minimum),
         rails=RailThresholds(min_majority=share("fleet-rails", rails, "min_majority"),

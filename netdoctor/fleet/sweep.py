@@ -16,6 +16,7 @@ import os
 import shlex
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import structlog
@@ -26,6 +27,7 @@ from netdoctor.fleet.collect import FleetCollector
 from netdoctor.fleet.model import NodeSummary
 from netdoctor.fleet.progress import progress_line
 from netdoctor.host.runner import spawn
+from netdoctor.host.trust import child_environment
 
 log = structlog.get_logger(__name__)
 
@@ -97,6 +99,19 @@ def remote_argv(options: SweepOptions) -> list[str]:
     return argv
 
 
+# What the parallel shell takes from its caller: what ssh, pdsh, clush and srun read (the
+# agent socket, Kerberos, HOME for keys and config, SLURM's and the shells' own variables)
+# and netdoctor's own, which `-R exec` passes to the node's netdoctor. Nothing else.
+SHELL_NAMES = ("HOME", "USER", "LOGNAME", "SSH_AUTH_SOCK", "SSH_AGENT_PID", "KRB5CCNAME", "TMPDIR", "WCOLL",
+               "NO_COLOR")
+SHELL_PREFIXES = ("PDSH_", "SLURM_", "CLUSTERSHELL_", "NETDOCTOR_")
+
+
+def shell_environment(caller: Mapping[str, str]) -> dict[str, str]:
+    """The parallel shell's whole environment (netdoctor.host.trust.child_environment)."""
+    return child_environment(caller, names=SHELL_NAMES, prefixes=SHELL_PREFIXES)
+
+
 def build_sweep_command(options: SweepOptions) -> list[str]:
     """The local argument list that runs the sweep."""
     if options.via not in SHELLS:
@@ -161,7 +176,7 @@ def run_sweep(options: SweepOptions, *, label: str = "sweep") -> SweepResult:
     try:
         # The runner's watchdog stops the whole group (pdsh and every ssh it forked) at
         # the budget, even while this thread blocks reading the shell's output.
-        with spawn(command, env=os.environ, timeout_s=budget, text=True, watchdog=True) as group, \
+        with spawn(command, env=shell_environment(os.environ), timeout_s=budget, text=True, watchdog=True) as group, \
                 progress_line(label, node_set, budget) as progress:
             collector.observer = progress
             process = group.process

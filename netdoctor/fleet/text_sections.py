@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from netdoctor.fleet.views import (changes_heading, drift_rows, drift_text, finding_groups, fold_hosts, grade_groups, host_list,
-                                   hosts_phrase, rail_rows, rail_text, version_groups)
+from netdoctor.fleet.views import (NOT_JUDGED_WHY, changes_heading, drift_rows, drift_text, finding_groups, fold_hosts,
+                                   grade_groups, host_list, hosts_phrase, not_judged_hosts, rail_rows, rail_text,
+                                   version_groups)
 from netdoctor.textsafe import safe_text
 
 # Lines per subsection before the rest is counted ("... and 12 more").
@@ -62,13 +63,17 @@ def drift_lines(drift: Iterable[Any]) -> list[str]:
 
 
 def rail_lines(rails: Iterable[Any]) -> list[str]:
-    """`Rail wiring`: only the leaves where a port of another rail lands."""
+    """`Rail wiring`: only the leaves where a port of another rail lands, and the nodes not judged."""
     entries = list(rails)
-    odd, _ = rail_rows(entries)
-    if not odd:
+    odd, clean = rail_rows(entries)
+    unjudged = not_judged_hosts(odd + clean)
+    if not odd and not unjudged:
         return []
     header = f"Rail wiring ({_leaves(len(odd))} of {len(entries):,} with ports of another rail):"
-    return ["", header] + _limited([safe_text(f"  {rail_text(row)}") for row in odd], "leaves")
+    lines = _limited([safe_text(f"  {rail_text(row)}") for row in odd], "leaves")
+    if unjudged:
+        lines.append(safe_text(f"  Not judged ({NOT_JUDGED_WHY}): {hosts_phrase(unjudged)}"))
+    return ["", header] + lines
 
 
 def _count(hosts: int) -> str:

@@ -137,7 +137,12 @@ class RailRow:
     rail: str
     ports: int | None
     odd: list[tuple[str, list[str]]]   # other rail -> hosts whose port of it lands on this leaf
-    aligned: bool = True                # False: no rail holds most of the leaf's ports
+    aligned: bool = True                # False: no rail holds most of the leaf's nodes
+    not_judged: tuple[str, ...] = ()    # hosts naming this leaf whose NICs' GPUs were guessed
+
+
+# Why a node's rails are not judged (`not_judged` of a leaf), as the text and HTML say it.
+NOT_JUDGED_WHY = "the GPU nearest a NIC was guessed: nvidia-smi topo -m did not place it"
 
 
 def rail_rows(entries: Iterable[Any]) -> tuple[list[RailRow], list[RailRow]]:
@@ -153,7 +158,7 @@ def rail_rows(entries: Iterable[Any]) -> tuple[list[RailRow], list[RailRow]]:
         row = RailRow(leaf=_text(entry.get("leaf")) or _text(entry.get("switch_guid")) or "?",
                       switch_guid=_text(entry.get("switch_guid")), rail=_text(entry.get("rail")),
                       ports=ports if isinstance(ports, int) and not isinstance(ports, bool) else None, odd=odd,
-                      aligned=entry.get("aligned") is not False)
+                      aligned=entry.get("aligned") is not False, not_judged=tuple(_hosts(entry.get("not_judged"))))
         (odd_rows if odd else clean).append(row)
     odd_rows.sort(key=lambda row: (-sum(len(hosts) for _, hosts in row.odd), natural_key(row.leaf)))
     return odd_rows, clean
@@ -164,16 +169,23 @@ def rail_text(row: RailRow) -> str:
     return f"{row.leaf} (rail {row.rail or '?'}): " + "; ".join(f"{rail} of {hosts_phrase(hosts)}" for rail, hosts in row.odd)
 
 
+def not_judged_hosts(rows: Iterable[RailRow]) -> list[str]:
+    """Every host some leaf lists as not judged, once each, in name order."""
+    return sorted({host for row in rows for host in row.not_judged}, key=natural_key)
+
+
 def clean_leaves_by_rail(rows: list[RailRow]) -> list[tuple[str, list[str], int]]:
     """Leaves wired as expected, grouped by their rail: (rail, leaves, ports); leaves of no
-    one rail (a small fabric) last, as `not rail-aligned`."""
-    groups: dict[tuple[bool, str], tuple[list[str], list[int]]] = {}
+    one rail (a small fabric) last, as `not rail-aligned`, then those no judged node named."""
+    groups: dict[tuple[int, str], tuple[list[str], list[int]]] = {}
     for row in rows:
-        leaves, ports = groups.setdefault((not row.aligned, row.rail if row.aligned else ""), ([], []))
+        # 0: aligned on its rail; 1: no rail holds most of its nodes; 2: no judged node named it.
+        kind = 0 if row.aligned and row.rail else 1 if row.rail else 2
+        leaves, ports = groups.setdefault((kind, row.rail if kind == 0 else ""), ([], []))
         leaves.append(row.leaf)
         ports.append(row.ports or 0)
-    return [(rail if not unaligned else "not rail-aligned", leaves, sum(ports))
-            for (unaligned, rail), (leaves, ports) in sorted(groups.items(), key=lambda item: (item[0][0], natural_key(item[0][1])))]
+    return [(rail if kind == 0 else "not rail-aligned" if kind == 1 else "not judged", leaves, sum(ports))
+            for (kind, rail), (leaves, ports) in sorted(groups.items(), key=lambda item: (item[0][0], natural_key(item[0][1])))]
 
 
 # ---- changes since the previous report -----------------------------------------------------

@@ -190,6 +190,13 @@ def read_regular(path: Path, max_bytes: int) -> bytes | None:
     and for another user's file in a directory others can write (its content is theirs);
     raises ValueError when it holds more than `max_bytes`.
     """
+    read = read_regular_with_info(path, max_bytes)
+    return None if read is None else read[0]
+
+
+def read_regular_with_info(path: Path, max_bytes: int) -> tuple[bytes, os.stat_result] | None:
+    """read_regular, with the file's stat taken on the descriptor it was read from (owner
+    and mode of exactly the file read, whatever was renamed over the path meanwhile)."""
     if inspect_target(path) is None:
         return None
     descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
@@ -207,7 +214,7 @@ def read_regular(path: Path, max_bytes: int) -> bytes | None:
             size += len(chunk)
             if size > max_bytes:
                 raise ValueError(f"more than the {max_bytes} bytes allowed")
-        return b"".join(chunks)
+        return b"".join(chunks), info
     finally:
         os.close(descriptor)
 

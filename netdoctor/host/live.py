@@ -13,11 +13,13 @@ from typing import Any
 
 import structlog
 
-from netdoctor.host.nccl_env import collect_nccl_env
+from netdoctor.host.budgets import check_json, enforce
+from netdoctor.host.nccl_env import collect_nccl_env, shareable
 from netdoctor.host.netdevs import NetdevFacts, collect_netdevs
 from netdoctor.host.nvml import collect_nvml
 from netdoctor.host.runner import run_commands
 from netdoctor.host.recording import Recording
+from netdoctor.host.sources import SOURCES_BY_NAME
 from netdoctor.host.sysfs import RootedSysTree
 from netdoctor.host.files import read_regular
 from netdoctor.host.types import MAX_PROC_BYTES, PROC_FILES, CommandResult, CommandSpec
@@ -55,14 +57,17 @@ class LiveSource:
         self._nvml: tuple[dict[str, Any] | None, str] | None = None
 
     def run(self, specs: list[CommandSpec], deadline: float | None = None) -> dict[str, CommandResult]:
-        """Run the tools concurrently; a spec's own timeout is capped at `tool_timeout_s`."""
+        """Run the tools concurrently; a spec's own timeout is capped at `tool_timeout_s`.
+
+        Each result is held to its row's budget as a snapshot's would be (too large: not
+        parsed); a capture records what the tool printed, and reading it back says the same."""
         capped = [replace(spec, timeout_s=min(spec.timeout_s, self.tool_timeout_s)) for spec in specs]
         results = run_commands(capped, deadline, path=self.path_env)
         if self.recording is not None:
             for spec in specs:
                 if spec.recorded and spec.name in results:
                     self.recording.add_command(results[spec.name])
-        return results
+        return {spec.name: enforce(results[spec.name], spec) for spec in specs if spec.name in results}
 
     def nvml(self) -> tuple[dict[str, Any] | None, str]:
         """The NVML report, collected once per source (NVML init costs ~0.5 s on 8 GPUs)."""
@@ -70,12 +75,16 @@ class LiveSource:
             self._nvml = collect_nvml(sys=self.sys)
             if self.recording is not None:
                 self.recording.set_nvml(*self._nvml)
+        # nvml.json's budget, measured as a capture writes it (raises SourceTooLarge): 8 GPUs
+        # are ~50 KB, so only a snapshot made by hand comes near it.
+        check_json(self._nvml[0], SOURCES_BY_NAME["nvml"].max_output_bytes)
         return self._nvml
 
     def nccl_env(self) -> dict[str, Any] | None:
         report = collect_nccl_env()
         if self.recording is not None:
-            self.recording.nccl_env = report
+            self.recording.nccl_env = shareable(report)
+        check_json(report, SOURCES_BY_NAME["nccl-env"].max_output_bytes)    # as nccl-env.json would be
         return report
 
     def proc(self, name: str) -> str | None:

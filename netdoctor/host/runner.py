@@ -26,7 +26,6 @@ import contextlib
 import os
 import select
 import selectors
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -37,7 +36,8 @@ from typing import IO, Any
 
 import structlog
 
-from netdoctor.host.trust import tool_search_path
+from netdoctor.host.trust import (NEVER_INHERITED, UntrustedProgram, child_environment, library_search_path,
+                                  resolve_program, tool_search_path)
 from netdoctor.host.types import CommandResult, CommandSpec, CommandState
 
 log = structlog.get_logger(__name__)
@@ -167,20 +167,29 @@ class ProcessGroup:
 @contextlib.contextmanager
 def spawn(argv: list[str] | tuple[str, ...], *, env: Mapping[str, str], timeout_s: float | None = None,
           deadline: float | None = None, stdin: Any = subprocess.DEVNULL, stdout: Any = subprocess.PIPE,
-          stderr: Any = subprocess.PIPE, executable: str | None = None, text: bool = False,
+          stderr: Any = subprocess.PIPE, text: bool = False,
           watchdog: bool = False, grace_s: float = KILL_GRACE_S) -> Iterator[ProcessGroup]:
     """Start `argv` (no shell, C locale, stdin closed unless given) leading its own process group.
 
-    While the block runs the group is in the registry that the atexit handler kills, so it
-    dies with netdoctor even when the caller stopped waiting for the thread that owns it
-    (a hung call it cannot interrupt). `watchdog=True` stops the group at its end
-    (`timeout_s`/`deadline`) from a timer, for callers that block reading its output.
-    Leaving the block stops what is left of the group and only then reaps the leader, so
-    the kill can never hit a recycled pid. OSError from the start is the caller's to map.
+    The one place a process starts: `argv[0]` is resolved on the trusted search path only
+    (netdoctor.host.trust.resolve_program; FileNotFoundError, or UntrustedProgram, a
+    PermissionError, when root must not run it), and `env` reaches the child without the
+    loader and interpreter variables no child may inherit. While the block runs the group
+    is in the registry that the atexit handler kills, so it dies with netdoctor even when
+    the caller stopped waiting for the thread that owns it (a hung call it cannot
+    interrupt). `watchdog=True` stops the group at its end (`timeout_s`/`deadline`) from a
+    timer, for callers that block reading its output. Leaving the block stops what is left
+    of the group and only then reaps the leader, so the kill can never hit a recycled pid.
+    OSError from the start is the caller's to map.
     """
-    # Tools are looked up on this PATH (subprocess searches the child's environment): never
-    # the current directory, and as root never a directory another user can change.
-    environment = {**env, "LC_ALL": "C", "PATH": tool_search_path(env.get("PATH"))}
+    environment = {name: value for name, value in env.items() if name not in NEVER_INHERITED}
+    environment.update({"LC_ALL": "C", "PATH": tool_search_path(env.get("PATH"))})
+    libraries = library_search_path(env.get("LD_LIBRARY_PATH"))
+    if libraries:
+        environment["LD_LIBRARY_PATH"] = libraries
+    else:
+        environment.pop("LD_LIBRARY_PATH", None)
+    executable = resolve_program(argv[0], env.get("PATH"))
     options: dict[str, Any] = {"encoding": "utf-8", "errors": "replace"} if text else {}
     process = subprocess.Popen(list(argv), executable=executable, stdin=stdin, stdout=stdout, stderr=stderr,
                                env=environment, start_new_session=True, close_fds=True, **options)
@@ -211,17 +220,14 @@ def spawn(argv: list[str] | tuple[str, ...], *, env: Mapping[str, str], timeout_
 
 
 def command_environment(path: str | None = None) -> dict[str, str]:
-    """The environment tools run in: C locale (parsers expect English, `.` decimals), this
-    PATH (spawn keeps only its trusted directories: netdoctor.host.trust.tool_search_path)."""
-    environment = {
-        "PATH": path if path is not None else os.environ.get("PATH", os.defpath),
-        "LC_ALL": "C",
-        "LANG": "C",
-    }
-    # nvidia-smi and the CUDA driver may live outside the default linker path.
-    if "LD_LIBRARY_PATH" in os.environ:
-        environment["LD_LIBRARY_PATH"] = os.environ["LD_LIBRARY_PATH"]
-    return environment
+    """The environment tools run in: the C locale (parsers expect English, `.` decimals),
+    this PATH (its trusted directories only), LD_LIBRARY_PATH (nvidia-smi and the CUDA
+    driver may live outside the default linker path; trusted directories only) and TZ;
+    nothing else of netdoctor's caller."""
+    caller = dict(os.environ)
+    if path is not None:
+        caller["PATH"] = path
+    return child_environment(caller)
 
 
 class _Capped:
@@ -261,11 +267,6 @@ def _run_one(spec: CommandSpec, deadline: float | None, max_output_bytes: int, e
         return CommandResult(spec.name, CommandState.ERROR, stderr="not started: the run was interrupted", argv=spec.argv)
     if not spec.argv:
         return CommandResult(spec.name, CommandState.ERROR, stderr="empty argument list", argv=spec.argv)
-    executable = shutil.which(spec.argv[0], path=environment["PATH"])
-    if executable is None:
-        if "/" in spec.argv[0] and os.path.exists(spec.argv[0]):
-            return CommandResult(spec.name, CommandState.ERROR, stderr=f"{spec.argv[0]}: permission denied", argv=spec.argv)
-        return CommandResult(spec.name, CommandState.MISSING, stderr=f"{spec.argv[0]}: not found in PATH", argv=spec.argv)
     end = run_end(spec.timeout_s, deadline, started)
     assert end is not None
     if end <= started:
@@ -273,7 +274,7 @@ def _run_one(spec: CommandSpec, deadline: float | None, max_output_bytes: int, e
     # A spec may raise its stdout cap (a fabric dump); stderr keeps the default.
     stdout, stderr = _Capped(spec.max_output_bytes or max_output_bytes), _Capped(max_output_bytes)
     try:
-        with spawn(spec.argv, env=environment, executable=executable, deadline=end) as group:
+        with spawn(spec.argv, env=environment, deadline=end) as group:
             call.add(group.process.pid)
             try:
                 if cancelled.is_set():
@@ -283,9 +284,14 @@ def _run_one(spec: CommandSpec, deadline: float | None, max_output_bytes: int, e
                     group.expire()
             finally:
                 call.discard(group.process.pid)
+    except FileNotFoundError as error:
+        return CommandResult(spec.name, CommandState.MISSING, stderr=str(error), argv=spec.argv)
+    except UntrustedProgram as error:
+        log.warning("tool not run as root: others can change it", command=spec.name, why=str(error))
+        return CommandResult(spec.name, CommandState.ERROR, stderr=str(error), argv=spec.argv)
     except PermissionError as error:
-        return CommandResult(spec.name, CommandState.ERROR, stderr=f"{spec.argv[0]}: {error.strerror}", argv=spec.argv,
-                             duration_s=time.monotonic() - started)
+        return CommandResult(spec.name, CommandState.ERROR, stderr=f"{spec.argv[0]}: {error.strerror or error}",
+                             argv=spec.argv, duration_s=time.monotonic() - started)
     except OSError as error:
         return CommandResult(spec.name, CommandState.ERROR, stderr=f"{spec.argv[0]}: cannot start: {error.strerror or error}",
                              argv=spec.argv, duration_s=time.monotonic() - started)

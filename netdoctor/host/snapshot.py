@@ -12,7 +12,6 @@ import io
 import json
 import os
 import shutil
-import stat
 import tarfile
 import tempfile
 from pathlib import Path
@@ -22,10 +21,13 @@ from typing import Any
 import structlog
 
 from netdoctor.errors import SnapshotError
+from netdoctor.host.budgets import SourceTooLarge, json_bytes, over_bytes
 from netdoctor.host.files import replacement
 from netdoctor.host.netdevs import NetdevFacts, collect_netdevs
 from netdoctor.host.recording import Recording
-from netdoctor.host.snapshot_limits import MAX_MEMBER_BYTES, check_directory
+from netdoctor.host.snapshot_files import RecordedCommand, file_size, load_json, valid_command_name
+from netdoctor.host.snapshot_limits import check_directory
+from netdoctor.host.sources import SOURCES_BY_NAME
 from netdoctor.host.sysfs import RootedSysTree
 from netdoctor.host.types import NOT_IN_SNAPSHOT, PROC_FILES, CommandResult, CommandSpec, CommandState
 from netdoctor.util import parse_iso_utc
@@ -35,60 +37,7 @@ __all__ = ["SNAPSHOT_FORMAT", "Recording", "SnapshotSource", "open_snapshot", "w
 log = structlog.get_logger(__name__)
 
 SNAPSHOT_FORMAT = "netdoctor.snapshot/1"
-MAX_JSON_BYTES = 16 * 1024 * 1024
 _TOP_LEVEL = ("snapshot.json", "nvml.json", "nccl-env.json", "sys", "commands", "proc")
-
-
-def _valid_command_name(name: str) -> bool:
-    # Names become file names: perfquery-x-mlx5_0-1, mlnx_qos-ens1f0np0.
-    return bool(name) and len(name) <= 200 and "/" not in name and "\x00" not in name and not name.startswith(".")
-
-
-def _read_regular(path: Path, limit: int, what: str) -> bytes | None:
-    """Content of a regular file inside the snapshot; None if absent. Links and devices are refused."""
-    try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    except OSError as error:
-        if os.path.islink(path):
-            raise SnapshotError(f"{what} is a symbolic link; a snapshot must hold it as a file") from error
-        raise SnapshotError(f"cannot read {what}: {error.strerror}") from error
-    try:
-        info = os.fstat(descriptor)
-        if not stat.S_ISREG(info.st_mode):
-            raise SnapshotError(f"{what} is not a regular file")
-        if info.st_size > limit:
-            raise SnapshotError(f"{what} is {info.st_size} bytes, more than the {limit}-byte limit")
-        with os.fdopen(os.dup(descriptor), "rb") as handle:
-            return handle.read(limit + 1)[:limit]
-    finally:
-        os.close(descriptor)
-
-
-def _load_json(path: Path, what: str) -> Any:
-    data = _read_regular(path, MAX_JSON_BYTES, what)
-    if data is None:
-        return None
-    try:
-        return json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as error:
-        raise SnapshotError(f"{what} is not UTF-8 text (byte {error.start})") from error
-    except json.JSONDecodeError as error:
-        raise SnapshotError(f"{what} is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}") from error
-
-
-def _parse_status(text: str, what: str) -> tuple[CommandState, int | None]:
-    value = text.strip()
-    if value == "timeout":
-        return CommandState.TIMEOUT, None
-    if value == "missing":
-        return CommandState.MISSING, None
-    try:
-        code = int(value)
-    except ValueError:
-        raise SnapshotError(f"{what}: expected an exit status number, 'timeout' or 'missing', got {value[:40]!r}") from None
-    return (CommandState.OK if code == 0 else CommandState.ERROR), code
 
 
 class SnapshotSource:
@@ -111,7 +60,7 @@ class SnapshotSource:
             candidate = self.directory / name
             if candidate.is_symlink():
                 raise SnapshotError(f"snapshot {self.origin}: {name} is a symbolic link")
-        meta = _load_json(self.directory / "snapshot.json", f"snapshot {self.origin}: snapshot.json")
+        meta = load_json(self.directory / "snapshot.json", f"snapshot {self.origin}: snapshot.json")
         if meta is None:
             raise SnapshotError(f"{self.origin} is not a netdoctor snapshot: no snapshot.json")
         if not isinstance(meta, dict):
@@ -139,7 +88,10 @@ class SnapshotSource:
         )
         nvml_status = meta.get("nvml_status")
 
-        nvml = _load_json(self.directory / "nvml.json", f"snapshot {self.origin}: nvml.json")
+        # nvml.json and nccl-env.json over their rows' budgets are sources too large to read,
+        # as a live report that large would be (netdoctor.host.live), not a broken snapshot.
+        self._too_large: dict[str, str] = {}
+        nvml = self._load_report("nvml", "nvml.json")
         if nvml is not None and not isinstance(nvml, dict):
             raise SnapshotError(f"snapshot {self.origin}: nvml.json must hold a JSON object")
         if nvml is not None and not isinstance(nvml.get("gpus", []), list):
@@ -160,7 +112,7 @@ class SnapshotSource:
             else "no nvml.json in snapshot (no NVIDIA driver)"
         )
 
-        nccl_env = _load_json(self.directory / "nccl-env.json", f"snapshot {self.origin}: nccl-env.json")
+        nccl_env = self._load_report("nccl-env", "nccl-env.json")
         if nccl_env is not None and not isinstance(nccl_env, dict):
             raise SnapshotError(f"snapshot {self.origin}: nccl-env.json must hold a JSON object")
         self._nccl_env: dict[str, Any] | None = nccl_env
@@ -172,7 +124,17 @@ class SnapshotSource:
         self._proc = RootedSysTree(self.directory / "proc", strict=True)
         self._commands = self._load_commands()
 
-    def _load_commands(self) -> dict[str, CommandResult]:
+    def _load_report(self, row: str, name: str) -> Any:
+        path, what = self.directory / name, f"snapshot {self.origin}: {name}"
+        budget = SOURCES_BY_NAME[row].max_output_bytes
+        why = over_bytes(file_size(path, what) or 0, budget)
+        if why:
+            self._too_large[row] = f"{name}: {why}"
+            return None
+        return load_json(path, what, budget)
+
+    def _load_commands(self) -> dict[str, RecordedCommand]:
+        """Each recorded command's status; its output is read when asked for (`run`), within budget."""
         directory = self.directory / "commands"
         if not directory.exists():
             return {}
@@ -180,47 +142,35 @@ class SnapshotSource:
             raise SnapshotError(f"snapshot {self.origin}: commands is not a directory")
         names = {entry.rsplit(".", 1)[0] for entry in os.listdir(directory)
                  if entry.rsplit(".", 1)[-1] in ("out", "err", "status")}
-        results: dict[str, CommandResult] = {}
-        for name in sorted(names):
-            if not _valid_command_name(name):
-                continue
-            what = f"snapshot {self.origin}: commands/{name}"
-            stdout = _read_regular(directory / f"{name}.out", MAX_MEMBER_BYTES, f"{what}.out")
-            stderr = _read_regular(directory / f"{name}.err", MAX_MEMBER_BYTES, f"{what}.err")
-            status = _read_regular(directory / f"{name}.status", 4096, f"{what}.status")
-            # A hand-made fixture may hold only NAME.out: that is a run that succeeded.
-            state, code = _parse_status(status.decode("utf-8", errors="replace"), f"{what}.status") if status is not None \
-                else (CommandState.OK, 0)
-            results[name] = CommandResult(
-                name, state,
-                stdout=(stdout or b"").decode("utf-8", errors="replace"),
-                stderr=(stderr or b"").decode("utf-8", errors="replace"),
-                returncode=code, duration_s=self._durations.get(name, 0.0),
-            )
-        return results
+        return {name: RecordedCommand.load(directory, name, self._durations.get(name, 0.0),
+                                           f"snapshot {self.origin}: commands/{name}")
+                for name in sorted(names) if valid_command_name(name)}
 
     # -- NodeSource -------------------------------------------------------------------
 
     def run(self, specs: list[CommandSpec], deadline: float | None = None) -> dict[str, CommandResult]:
-        """The recorded results of these commands; a command not in the snapshot is MISSING."""
+        """The recorded results of these commands, each within its spec's budget (too large: not
+        read); a command not in the snapshot is MISSING."""
         results: dict[str, CommandResult] = {}
         for spec in specs:
             recorded = self._commands.get(spec.name)
             if recorded is None:
                 results[spec.name] = CommandResult(spec.name, CommandState.MISSING, stderr=NOT_IN_SNAPSHOT, argv=spec.argv)
             else:
-                results[spec.name] = CommandResult(
-                    recorded.name, recorded.state, stdout=recorded.stdout, stderr=recorded.stderr,
-                    returncode=recorded.returncode, duration_s=recorded.duration_s, argv=spec.argv)
+                results[spec.name] = recorded.result(spec)
         return results
 
     def nvml(self) -> tuple[dict[str, Any] | None, str]:
+        if "nvml" in self._too_large:
+            raise SourceTooLarge(self._too_large["nvml"])
         return self._nvml, self._nvml_status
 
     def netdevs(self) -> list[NetdevFacts]:
         return collect_netdevs(self.sys, use_netlink=False)
 
     def nccl_env(self) -> dict[str, Any] | None:
+        if "nccl-env" in self._too_large:
+            raise SourceTooLarge(self._too_large["nccl-env"])
         return self._nccl_env
 
     # -- lifetime ---------------------------------------------------------------------
@@ -331,7 +281,7 @@ def _plan(recording: Recording, meta: dict[str, Any]) -> list[tuple[str, str, by
     if commands:
         claim("commands", "dir", b"")
     for name, result in sorted(commands.items()):
-        if not _valid_command_name(name):
+        if not valid_command_name(name):
             log.warning("command not written to the snapshot: unsafe name", command=name)
             continue
         claim(f"commands/{name}.out", "file", result.stdout.encode("utf-8"))
@@ -341,9 +291,9 @@ def _plan(recording: Recording, meta: dict[str, Any]) -> list[tuple[str, str, by
     for name, data in sorted(recording.proc.items()):
         claim(f"proc/{name}", "file", data)
     if recording.nvml is not None:
-        claim("nvml.json", "file", (json.dumps(recording.nvml, indent=1, sort_keys=True) + "\n").encode())
+        claim("nvml.json", "file", json_bytes(recording.nvml))
     if recording.nccl_env is not None:
-        claim("nccl-env.json", "file", (json.dumps(recording.nccl_env, indent=1, sort_keys=True) + "\n").encode())
+        claim("nccl-env.json", "file", json_bytes(recording.nccl_env))
     claim("snapshot.json", "file", (json.dumps(meta, indent=1) + "\n").encode())
     return [(path, kind, content) for path, (kind, content) in sorted(claims.items(), key=lambda item: item[0].split("/"))]
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from netdoctor.errors import SnapshotError
 from netdoctor.host import snapshot_limits as limits
-from netdoctor.host.snapshot import _read_regular
+from netdoctor.host.snapshot_files import read_regular as _read_regular
 
 # Limits on an archive's metadata, so a hostile tar costs bounded memory and never a
 # RecursionError: a PAX or GNU long-name header holds a path and a few keys (never

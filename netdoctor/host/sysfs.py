@@ -36,6 +36,8 @@ from netdoctor.util import PCI_ADDRESS_RE
 
 log = structlog.get_logger(__name__)
 
+# A file's budget (the same live and in a snapshot, proc/ included): a sysfs attribute is at
+# most one page (4 KiB, PCI config space too); a larger file is unreadable, never cut.
 MAX_READ_BYTES = 64 * 1024
 # The kernel gives up after 40 links (ELOOP); a snapshot with a loop gets the same treatment.
 MAX_LINK_HOPS = 40
@@ -279,7 +281,7 @@ class RootedSysTree:
         return text[:-1] if text.endswith("\n") else text
 
     def read_binary(self, path: str) -> bytes | None:
-        """Raw content of a regular file, at most MAX_READ_BYTES; None if absent or unreadable."""
+        """Raw content of a regular file; None if absent, unreadable or over MAX_READ_BYTES."""
         resolution = self._resolve(path)
         if resolution is None:
             return None
@@ -298,12 +300,15 @@ class RootedSysTree:
                 return None
             chunks: list[bytes] = []
             size = 0
-            while size < MAX_READ_BYTES:
-                chunk = os.read(descriptor, MAX_READ_BYTES - size)
+            while size <= MAX_READ_BYTES:
+                chunk = os.read(descriptor, MAX_READ_BYTES + 1 - size)
                 if not chunk:
                     break
                 chunks.append(chunk)
                 size += len(chunk)
+            if size > MAX_READ_BYTES:
+                log.warning("sys file over its budget, not read", path=path, budget_bytes=MAX_READ_BYTES)
+                return None
             data = b"".join(chunks)
         except OSError as error:
             # e.g. /sys/class/net/<if>/speed gives EINVAL while the link is down.

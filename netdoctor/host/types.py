@@ -23,6 +23,7 @@ class CommandState(enum.StrEnum):
     ERROR = "error"      # exited non-zero (or could not be started: permission denied)
     TIMEOUT = "timeout"  # killed at its own timeout or the run deadline
     MISSING = "missing"  # not installed
+    TOO_LARGE = "too-large"  # its output is over the row's budget (netdoctor.host.budgets): not read
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,9 @@ class CommandSpec:
     name: str
     argv: tuple[str, ...]
     timeout_s: float = 5.0
-    max_output_bytes: int | None = None   # None: the runner's default cap
+    max_output_bytes: int | None = None   # None: the runner's default cap; reaching it is too large
     recorded: bool = True                 # written to a snapshot by `netdoctor capture`
+    max_lines: int | None = None          # more lines than this is too large (None: no line budget)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class CommandResult:
                 return f"{self.name} was not recorded in this snapshot"
             # Name the executable the operator would install, not the snapshot NAME.
             return f"{self.argv[0] if self.argv else self.name} is not installed"
+        if self.state is CommandState.TOO_LARGE:
+            return f"{self.name} output is too large: {self.stderr}"    # stderr holds the budget it broke
         if self.state is CommandState.ERROR:
             first = (self.stderr.strip().splitlines() or [""])[0][:200]
             code = f"exit status {self.returncode}" if self.returncode is not None else "could not start"
@@ -111,18 +115,22 @@ class NodeSource(Protocol):
     is_snapshot: bool
 
     def run(self, specs: list[CommandSpec], deadline: float | None = None) -> dict[str, CommandResult]:
-        """Run (live) or look up (snapshot) these commands; live runs them concurrently.
+        """Run (live) or look up (snapshot) these commands; live runs them concurrently. A result
+        over its spec's budget is `TOO_LARGE` (netdoctor.host.budgets), its output not kept.
 
         `deadline` is a `time.monotonic()` value no command may outlive.
         """
         ...
 
     def nvml(self) -> tuple[dict[str, Any] | None, str]:
-        """The NVML report (nvml.json shape) or None, and a status text (`ok`, `no NVIDIA driver`, error)."""
+        """The NVML report (nvml.json shape) or None, and a status text (`ok`, `no NVIDIA driver`, error).
+
+        Raises `netdoctor.host.budgets.SourceTooLarge` when the report is over its budget."""
         ...
 
     def nccl_env(self) -> dict[str, Any] | None:
-        """NCCL's settings as captured (nccl-env.json shape); None when not recorded."""
+        """NCCL's settings as captured (nccl-env.json shape); None when not recorded. Raises
+        `netdoctor.host.budgets.SourceTooLarge` when they are over their budget."""
         ...
 
     def netdevs(self) -> list[NetdevFacts]:

@@ -105,6 +105,8 @@ class KernelLog:
     boot_time: datetime | None = None     # from /proc/uptime and the capture time
     first_time: datetime | None = None    # the earliest line read (older ones may be gone)
     source: str = "dmesg"
+    skipped: int = 0                      # older event lines not read: the log held more than its parser reads
+    whole_from: datetime | None = None    # with skipped: events from this time on were all read (None: not known)
 
 
 # ---- Services ------------------------------------------------------------------------------

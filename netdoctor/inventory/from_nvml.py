@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from netdoctor.errors import NetdoctorError
+from netdoctor.host.budgets import SourceTooLarge
 from netdoctor.inventory.merge import Draft, pci
 from netdoctor.inventory.model import NVLINK_ERROR_COUNTERS, Gpu, GpuFabric, NvLink, PcieLink, SourceState
 
@@ -45,6 +46,9 @@ def read_nvml(draft: Draft, wait_until: float | None = None) -> None:
         raise
     except TimeoutError as error:
         draft.status("nvml", SourceState.TIMEOUT, str(error), time.monotonic() - started)
+        return
+    except SourceTooLarge as error:
+        draft.status("nvml", SourceState.TOO_LARGE, str(error))
         return
     except Exception as error:   # NVML bindings raise their own types; never crash discovery
         draft.status("nvml", SourceState.ERROR, f"{type(error).__name__}: {error}")

@@ -224,7 +224,8 @@ def join_kernel_log(draft: Draft, log: KernelLogLines, fields: Mapping[str, str]
 
     events = tuple(KernelEvent(line.kind, line.subject, line.time or placed(line.since_boot_s), line.code, line.message,
                                line.fatal) for line in log.events)
-    inventory.kernel_log = KernelLog(events, boot_time, log.first_time or placed(log.first_since_boot_s), "dmesg")
+    inventory.kernel_log = KernelLog(events, boot_time, log.first_time or placed(log.first_since_boot_s), "dmesg",
+                                     log.skipped, log.whole_from or placed(log.whole_from_since_boot_s))
 
 
 def _join_service(unit: str) -> Joiner:

@@ -71,6 +71,10 @@ class Draft:
             detail = f"after {result.duration_s:.1f} s" if result.duration_s > 0 else ""
             self.status(name, SourceState.TIMEOUT, detail, result.duration_s)
             return None
+        if result.state is CommandState.TOO_LARGE:
+            # Over its row's budget (its stderr says which): a part is never judged as the whole.
+            self.status(name, SourceState.TOO_LARGE, result.stderr, result.duration_s)
+            return None
         text = result.stdout
         from_stderr = result.state is CommandState.ERROR and not text.strip()
         if from_stderr:

@@ -39,6 +39,7 @@ class SourceState(enum.StrEnum):
     ERROR = "error"            # non-zero exit, permission denied, NVML error, ...
     PARSE_ERROR = "parse-error"  # ran, but its output was not recognised
     NOT_RUN = "not-run"        # not attempted (not applicable, or deadline reached first)
+    TOO_LARGE = "too-large"    # over its budget (netdoctor.host.budgets): not parsed
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class SourceStatus:
             SourceState.ERROR: "failed",
             SourceState.PARSE_ERROR: "gave output that could not be parsed",
             SourceState.NOT_RUN: "was not run",
+            SourceState.TOO_LARGE: "is too large",
         }
         text = f"{self.name} {words[self.state]}"
         return f"{text}: {self.detail}" if self.detail else text

@@ -13,6 +13,11 @@ and each found line is read for its time and its event:
 * PCIe AER:  `pcieport 0000:00:01.1: AER: Corrected error received: 0000:18:00.0`,
              `... AER: Uncorrected (Non-Fatal) error received: ...`, `(Fatal)`, `Multiple ...`
 
+A log holds at most MAX_EVENT_LINES event lines that are read, the newest ones (the windows
+count back from now); older ones are only counted, and the result says from when on it is
+whole (`skipped`, `whole_from`), so a check can say what it could not judge: a storm of a
+million lines costs one regular-expression scan, not a million events.
+
 Times: ISO lines (dmesg `2026-11-23T22:58:18,238174+00:00`, journalctl
 `2026-11-23T22:58:18+0000 host kernel:`) become aware UTC datetimes; plain dmesg lines keep
 their seconds since boot, which the inventory places with /proc/uptime.
@@ -21,6 +26,7 @@ their seconds since boot, which the inventory places with /proc/uptime.
 from __future__ import annotations
 
 import re
+from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -33,6 +39,10 @@ SOURCE = "dmesg"
 MAX_MESSAGE_CHARS = 300
 _HEAD = 512            # of a line: its time stamp and message start
 _AROUND = 160          # characters read on either side of an event keyword
+# Engineering default: the newest event lines read. A healthy boot logs a few dozen; a port
+# flapping every minute for a week logs ~20,000; beyond that the log is a storm, judged by its
+# newest lines (each one is ~1 KB of memory and ~10 us to read).
+MAX_EVENT_LINES = 20_000
 
 # A line that may hold an event; the scan looks for these words only.
 _CANDIDATE = re.compile(r"Xid \(PCI:|Link (?:up|down)|NIC Link is (?:Up|Down)|AER: ")
@@ -65,6 +75,9 @@ class KernelLogLines:
     events: tuple[KernelLogLine, ...]
     first_time: datetime | None         # the earliest ISO line: how far back the log reaches
     first_since_boot_s: float | None
+    skipped: int = 0                    # older event lines not read (past MAX_EVENT_LINES)
+    whole_from: datetime | None = None  # with skipped: the time of the oldest line read (ISO)
+    whole_from_since_boot_s: float | None = None   # ... (plain dmesg)
 
 
 def parse_kernel_log(text: str) -> KernelLogLines:
@@ -76,11 +89,25 @@ def parse_kernel_log(text: str) -> KernelLogLines:
     first_time, first_boot, _ = _time_of(first_line)
     if first_time is None and first_boot is None:
         raise ParseError(SOURCE, "the first line has no dmesg or journal time stamp", 1, first_line[:200])
+    # One scan finds every keyword; only the newest MAX_EVENT_LINES are read (a line with two
+    # keywords counts twice here, and is read once below).
+    found = 0
+    newest: deque[int] = deque(maxlen=MAX_EVENT_LINES)
+    for match in _CANDIDATE.finditer(text):
+        newest.append(match.start())
+        found += 1
+    skipped = found - len(newest)
+    whole_from: tuple[datetime | None, float | None, int] = (None, None, 0)
+    if skipped:
+        start = text.rfind("\n", 0, newest[0]) + 1
+        whole_from = _time_of(text[start:start + _HEAD])
     events: list[KernelLogLine] = []
     position = 0
-    for match in _CANDIDATE.finditer(text):
-        if match.start() < position:
+    for keyword in newest:
+        if keyword < position:
             continue                     # a second keyword on a line already read
+        match = _CANDIDATE.match(text, keyword)
+        assert match is not None
         start = text.rfind("\n", 0, match.start()) + 1
         end = text.find("\n", match.end())
         end = len(text) if end < 0 else end
@@ -92,7 +119,7 @@ def parse_kernel_log(text: str) -> KernelLogLines:
         event = _event(text[start:min(end, start + _HEAD)], around if window_start > start else None)
         if event is not None:
             events.append(event)
-    return KernelLogLines(tuple(events), first_time, first_boot)
+    return KernelLogLines(tuple(events), first_time, first_boot, skipped, whole_from[0], whole_from[1])
 
 
 def _time_of(line: str) -> tuple[datetime | None, float | None, int]:

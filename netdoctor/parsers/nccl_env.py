@@ -12,6 +12,11 @@ Device lists (`NCCL_IB_HCA`, `NCCL_SOCKET_IFNAME`) follow NCCL's `parseStringLis
 `matchIfList`: a leading `^` excludes, then a leading `=` asks for exact names; entries are
 comma-separated `name[:port]`, and without `=` an entry is a *prefix* (`mlx5_1` also
 selects `mlx5_10` ... `mlx5_17`).
+
+Bounded whatever the input: a device list keeps its first MAX_DEVICE_ENTRIES entries and
+counts the rest (NCCL itself reads only its first MAX_IB_DEVS, a few dozen), and the lines
+NCCL would not apply are kept up to MAX_IGNORED_LINES and counted past it, so a 100,000-entry
+NCCL_IB_HCA costs one linear pass, not 100,000 objects (and findings) downstream.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from dataclasses import dataclass, field
 
 from netdoctor.errors import ParseError
 from netdoctor.vocabulary import NCCL_ETC_CONF, nccl_env_kept
+
+# Engineering defaults (not thresholds): what is kept of a hostile or runaway setting.
+MAX_DEVICE_ENTRIES = 256
+MAX_IGNORED_LINES = 256
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,12 @@ class DeviceFilter:
     exclude: bool                    # leading `^`
     exact: bool                      # `=` after the optional `^`
     entries: tuple[DeviceEntry, ...]
+    more: int = 0                    # entries past MAX_DEVICE_ENTRIES, counted, not kept
+
+    @property
+    def count(self) -> int:
+        """Every entry of the list, kept or not."""
+        return len(self.entries) + self.more
 
     def entry_matches(self, entry: DeviceEntry, name: str, port: int | None = None) -> bool:
         named = name == entry.name if self.exact else name.startswith(entry.name)
@@ -73,6 +88,8 @@ class NcclSettings:
     settings: dict[str, Setting] = field(default_factory=dict)
     files_read: tuple[str, ...] = ()
     ignored: tuple[IgnoredLine, ...] = ()
+    ignored_more: int = 0            # ignored lines past MAX_IGNORED_LINES, counted, not kept
+    withheld: tuple[tuple[str, str], ...] = ()   # (path, why): config files not read or not captured
 
     def get(self, name: str) -> Setting | None:
         return self.settings.get(name)
@@ -82,7 +99,8 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def parse_nccl_conf(text: str, path: str = NCCL_ETC_CONF) -> tuple[list[tuple[str, str]], list[IgnoredLine]]:
-    """(name, value) pairs in file order as NCCL applies them, and the lines it would not apply."""
+    """(name, value) pairs in file order as NCCL applies them, and the NCCL lines it would not
+    apply (a line that does not name NCCL is never quoted: NCCL_CONF_FILE may name any file)."""
     pairs: list[tuple[str, str]] = []
     ignored: list[IgnoredLine] = []
     for number, raw in enumerate(text.split("\n"), start=1):
@@ -90,6 +108,11 @@ def parse_nccl_conf(text: str, path: str = NCCL_ETC_CONF) -> tuple[list[tuple[st
         if not line or line.startswith("#"):
             continue
         name, equals, value = line.partition("=")
+        if not equals or not _NAME.match(name):
+            if "nccl" not in name.lower():
+                if equals:
+                    pairs.append((name, value))      # applied as NCCL applies it, never quoted
+                continue
         if not equals:
             if line.strip():
                 ignored.append(IgnoredLine(path, number, line[:200], "no '=': NCCL skips the line"))
@@ -103,15 +126,20 @@ def parse_nccl_conf(text: str, path: str = NCCL_ETC_CONF) -> tuple[list[tuple[st
     return pairs, ignored
 
 
-def nccl_settings(environ: Mapping[str, str], files: Mapping[str, str], home: str | None = None) -> NcclSettings:
+def nccl_settings(environ: Mapping[str, str], files: Mapping[str, str], home: str | None = None,
+                  withheld: Mapping[str, str] | None = None) -> NcclSettings:
     """The settings NCCL would run with, given the environment and the config files captured.
 
     `files` maps a path to its text (absent files are not in it). The user file is
     `$NCCL_CONF_FILE` when set and non-empty, else `HOME/.nccl.conf` (HOME from `home`,
-    else any captured `*/.nccl.conf`).
+    else any captured `*/.nccl.conf`). `withheld` maps a config file that was there but
+    not read, or not captured, to why.
     """
-    if not isinstance(environ, Mapping) or not isinstance(files, Mapping):
-        raise ParseError("nccl-env", "'environ' and 'files' must be objects")
+    withheld = {} if withheld is None else withheld
+    if not isinstance(environ, Mapping) or not isinstance(files, Mapping) or not isinstance(withheld, Mapping):
+        raise ParseError("nccl-env", "'environ', 'files' and 'withheld' must be objects")
+    if not all(isinstance(path, str) and isinstance(why, str) for path, why in withheld.items()):
+        raise ParseError("nccl-env", "'withheld' must map paths to reasons")
     settings: dict[str, Setting] = {}
     for name, value in environ.items():
         if not isinstance(name, str) or not isinstance(value, str):
@@ -138,7 +166,9 @@ def nccl_settings(environ: Mapping[str, str], files: Mapping[str, str], home: st
         ignored.extend(skipped)
         for name, value in pairs:
             settings.setdefault(name, Setting(name, value, path))     # setenv(..., overwrite=0)
-    return NcclSettings(settings, tuple(read), tuple(ignored))
+    return NcclSettings(settings, tuple(read), tuple(ignored[:MAX_IGNORED_LINES]),
+                        max(0, len(ignored) - MAX_IGNORED_LINES),
+                        tuple(sorted(withheld.items()))[:MAX_IGNORED_LINES])
 
 
 def parse_device_filter(text: str) -> DeviceFilter:
@@ -151,11 +181,16 @@ def parse_device_filter(text: str) -> DeviceFilter:
     if exact:
         rest = rest[1:]
     entries = []
-    for item in rest.split(","):
+    items = rest.split(",", MAX_DEVICE_ENTRIES)        # the rest past the cap stays one string
+    tail = items.pop() if len(items) > MAX_DEVICE_ENTRIES else ""
+    for item in items:
         name, colon, port = item.partition(":")
         if not name:
             continue
         # NCCL's atoi: leading digits, else 0 (never a real port, so it selects nothing).
-        digits = re.match(r"\s*[+-]?\d+", port) if colon else None
+        digits = re.match(r"\s*[+-]?\d{1,9}", port) if colon else None
         entries.append(DeviceEntry(name, int(digits.group()) if digits else (0 if colon else None)))
-    return DeviceFilter(text, exclude, exact, tuple(entries))
+    return DeviceFilter(text, exclude, exact, tuple(entries), len(_NAMED_ENTRY.findall(tail)))
+
+
+_NAMED_ENTRY = re.compile(r"(?:^|,)[^,:]")     # an entry with a name (`,:1` and `,,` name none)

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ import structlog
 from netdoctor.errors import ParseError
 from netdoctor.host.files import read_regular
 from netdoctor.host.runner import run_merged
+from netdoctor.host.trust import child_environment, trusted_override
 from netdoctor.host.types import CommandSpec, CommandState
 from netdoctor.inventory.model import Gpu
 from netdoctor.parsers.nccl import NcclLogFacts, parse_nccl_log
@@ -97,9 +99,23 @@ def run_worker(argv: list[str], env: Mapping[str, str], timeout_s: float, result
 
 def worker_script() -> Path:
     """The probe worker: worker.py beside this module; `$NETDOCTOR_PROBE_WORKER` replaces it
-    (a lab's or a test's stand-in that speaks the same config/result protocol)."""
-    override = os.environ.get("NETDOCTOR_PROBE_WORKER")
-    return Path(override) if override else Path(__file__).with_name("worker.py")
+    (a lab's or a test's stand-in that speaks the same config/result protocol), as root
+    only when root alone can change it."""
+    override = trusted_override("NETDOCTOR_PROBE_WORKER", os.environ.get("NETDOCTOR_PROBE_WORKER"))
+    return override or Path(__file__).with_name("worker.py")
+
+
+def worker_argv(script: Path, config: Mapping[str, Any], result_path: Path) -> list[str]:
+    """The worker's command line: this interpreter, ignoring PYTHON* variables (-E) and
+    writing no bytecode (-B), the script, its JSON config and where it writes its result."""
+    return [sys.executable, "-E", "-B", str(script), json.dumps(config), str(result_path)]
+
+
+def nccl_library(env: Mapping[str, str]) -> str | None:
+    """`$NETDOCTOR_NCCL_LIBRARY`, the libnccl the worker loads instead of its own search; as
+    root only a file root alone can change (the worker loads it into a root process)."""
+    path = trusted_override("NETDOCTOR_NCCL_LIBRARY", env.get("NETDOCTOR_NCCL_LIBRARY"))
+    return None if path is None else str(path)
 
 
 def skipped(reason: str, code: str, *, status: str = "skipped", **facts: Any) -> ProbeResult:
@@ -107,8 +123,19 @@ def skipped(reason: str, code: str, *, status: str = "skipped", **facts: Any) ->
     return ProbeResult(status=status, reason=reason, reason_code=code, **facts)
 
 
+# What the worker takes from its caller: NCCL's and CUDA's settings (a probe measures what a
+# job on this node would get), the network libraries NCCL loads, netdoctor's own test hooks,
+# HOME (NCCL reads ~/.nccl.conf) and SLURM's job facts. Nothing else: no LD_PRELOAD, no
+# PYTHONPATH (netdoctor.host.trust.child_environment).
+WORKER_PREFIXES = ("NCCL_", "CUDA_", "NVIDIA_", "UCX_", "FI_", "NETDOCTOR_", "SLURM_")
+WORKER_NAMES = ("HOME", "USER", "TMPDIR")
+# NCCL dlopens these; a path in them as root must be root's alone, like any code root runs.
+_NCCL_PLUGIN_VARIABLES = ("NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN", "NCCL_PROFILER_PLUGIN")
+
+
 def worker_environment(env: Mapping[str, str] | None) -> dict[str, str]:
-    """The worker's environment: the caller's, plus what the probe needs.
+    """The worker's environment: what it needs of the caller's (WORKER_PREFIXES/NAMES, through
+    netdoctor.host.trust.child_environment), plus what the probe needs.
 
     * NCCL_DEBUG=INFO with INIT,GRAPH,NET,ENV: the transport, channel, topology and GDR
       lines the report is read from (the COLL subsystem would log every call; left out).
@@ -118,14 +145,18 @@ def worker_environment(env: Mapping[str, str] | None) -> dict[str, str]:
       The bandwidth model is calibrated without NVLS.
     * CUDA_DEVICE_ORDER=PCI_BUS_ID unless set: GPU indices then match nvidia-smi and NVML.
     """
-    merged = dict(os.environ if env is None else env)
+    merged = child_environment(os.environ if env is None else env, names=WORKER_NAMES, prefixes=WORKER_PREFIXES)
+    for variable in _NCCL_PLUGIN_VARIABLES:
+        value = merged.get(variable, "")
+        if "/" in value and trusted_override(variable, value) is None:
+            merged.pop(variable)
     merged["NCCL_DEBUG"] = "INFO"
     merged["NCCL_DEBUG_SUBSYS"] = "INIT,GRAPH,NET,ENV"
     merged.pop("NCCL_DEBUG_FILE", None)           # the log must reach our pipe
     merged.setdefault("NCCL_NVLS_ENABLE", "0")
     merged.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     merged["PYTHONDONTWRITEBYTECODE"] = "1"
-    return merged                                  # the runner adds LC_ALL=C, as for every process
+    return merged
 
 
 def gpu_links_of(gpus: Iterable[Gpu]) -> tuple[GpuLinks, ...]:

@@ -21,8 +21,6 @@ the switch: those are the fleet probe's (netdoctor.fleet.probe).
 
 from __future__ import annotations
 
-import json
-import sys
 import tempfile
 import threading
 import time
@@ -171,9 +169,9 @@ def _nccl_rail(request: LoopbackRequest, rail: Rail, budget_s: float) -> RailRes
             result_path = Path(directory) / f"rank{rank}.json"
             config = {"gpus": [rail.gpu], "sizes": [LOOPBACK_BYTES], "iterations": LOOPBACK_ITERATIONS,
                       "warmup": LOOPBACK_WARMUP, "nranks": 2, "rank_base": rank, "budget_s": max(budget_s - 0.3, 0.5),
-                      "localise_below_gbps": None, "nccl_library": base.get("NETDOCTOR_NCCL_LIBRARY") or None}
+                      "localise_below_gbps": None, "nccl_library": engine.nccl_library(base)}
             env = {**base, "NCCL_HOSTID": f"netdoctor-loopback-{rail.hca}-{rank}"}
-            argv = [sys.executable, "-B", str(request.worker), json.dumps(config), str(result_path)]
+            argv = engine.worker_argv(request.worker, config, result_path)
             runs[rank] = engine.run_worker(argv, env, budget_s, result_path)
 
         threads = [threading.Thread(target=start, args=(rank,), daemon=True) for rank in (0, 1)]

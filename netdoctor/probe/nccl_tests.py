@@ -7,10 +7,10 @@ no localisation and cannot select GPUs itself (CUDA_VISIBLE_DEVICES does).
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import time
 
 from netdoctor.errors import ParseError
+from netdoctor.host.trust import UntrustedProgram, resolve_program
 from netdoctor.parsers.nccl_tests import parse_nccl_tests
 from netdoctor.probe import engine
 from netdoctor.probe.result import ProbeRequest, ProbeResult, SizeRow
@@ -33,10 +33,13 @@ class NcclTestsEngine:
                                   gpu_count=len(request.gpus or ()))
         links = tuple(every_gpu if request.gpus is None else [link for index in request.gpus for link in every_gpu
                                                               if link.index == index])
-        binary = shutil.which(PROGRAM, path=environment.get("PATH"))
-        if binary is None:
+        try:
+            binary = resolve_program(PROGRAM, environment.get("PATH"))
+        except FileNotFoundError:
             return engine.skipped(f"{PROGRAM} (nccl-tests) is not installed", "no-nccl-tests", engine=self.name,
                                   gpu_links=links)
+        except UntrustedProgram as error:
+            return engine.skipped(str(error), "untrusted-program", status="error", engine=self.name, gpu_links=links)
         if request.gpus is None and not links:
             # Without NVML the GPUs cannot be counted for `-g N`; 0 would read as a GPU-less node.
             return engine.skipped(f"NVML gives no GPU count for {PROGRAM} -g N: pass --gpus, or use --engine nccl",

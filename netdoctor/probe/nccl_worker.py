@@ -7,8 +7,6 @@ of the expected busbw it localises the slow GPU or link with what is left of its
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -45,11 +43,11 @@ class NcclWorkerEngine:
             config = {"gpus": gpus, "sizes": list(request.sizes),
                       "budget_s": max(request.budget_s - PARENT_RESERVE_S, 0.1),
                       "localise_below_gbps": threshold, "localise_reserve_s": LOCALISE_RESERVE_S,
-                      "nccl_library": env.get("NETDOCTOR_NCCL_LIBRARY") or None,
+                      "nccl_library": engine.nccl_library(env),
                       # Measuring longer than ~0.6 s changes busbw by < 1 % (benchmarks/results/probe.md)
                       # but adds to every prolog run; small budgets get 10 % of their time.
                       "measure_s": max(0.3, min(0.6, request.budget_s * 0.1))}
-            argv = [sys.executable, "-B", str(WORKER), json.dumps(config), str(result_path)]
+            argv = engine.worker_argv(WORKER, config, result_path)
             left = request.budget_s - (time.monotonic() - started)
             run = engine.run_worker(argv, env, left, result_path)
         return dataclasses.replace(engine.assemble(run, request.budget_s), gpu_links=tuple(gpu_links))
