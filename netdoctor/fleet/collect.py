@@ -369,9 +369,13 @@ class FleetCollector(SavedInputs):
         kept beside); the rest of its output is dropped. A report it gave before stays beside too."""
         refused = refusal(report, why) if report is not None else no_report(host, NodeGrade.INVALID, why, source)
         earlier = self._summaries.get(host) if host not in self._file_fallbacks else None
-        self._refused[host] = source
         self._file_fallbacks.discard(host)
-        self._summaries[host] = refusal(earlier, MORE_THAN_ONE, refused) if earlier is not None else refused
+        self._settle_invalid(host, refusal(earlier, MORE_THAN_ONE, refused) if earlier is not None else refused, source)
+
+    def _settle_invalid(self, host: str, entry: NodeSummary, source: str) -> None:
+        """The sender's entry is `invalid` (`entry`); the rest of what it sends in `source` is dropped."""
+        self._refused[host] = source
+        self._summaries[host] = entry
         if self.observer is not None:
             self.observer.settled(host, NodeGrade.INVALID)
 
@@ -382,10 +386,7 @@ class FleetCollector(SavedInputs):
         elif host in self._summaries:
             # A second report of one sender (or of one host, from saved files): `invalid`, each
             # report's own verdict kept beside, so that neither hides the other.
-            self._refused[host] = summary.source
-            self._summaries[host] = refusal(self._summaries[host], MORE_THAN_ONE, summary)
-            if self.observer is not None:
-                self.observer.settled(host, NodeGrade.INVALID)
+            self._settle_invalid(host, refusal(self._summaries[host], MORE_THAN_ONE, summary), summary.source)
             return
         self._summaries[host] = summary
         if self.observer is not None:

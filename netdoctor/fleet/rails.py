@@ -79,14 +79,13 @@ def find_rails(nodes: Iterable[NodeSummary], thresholds: RailThresholds = RailTh
 
 def _vote(node: NodeSummary, names: _RailNames, leaves: dict[str, _Leaf]) -> None:
     """The node's one vote on each leaf it names, split evenly over the rails it puts there."""
-    usual_gpu = names.usual_gpu
     # Leaf (by GUID, else name) -> (its GUID, its name as this node gives it, this node's rails there, each once).
     on_leaf: dict[str, tuple[str | None, str | None, list[str]]] = {}
     for port, _, gpu, guid, switch_name in node.rails:
         key = guid or switch_name
         if key is None:
             continue
-        rail = port if gpu is None or usual_gpu.get(port, gpu) == gpu else names.of(port, gpu)
+        rail = names.of(port, gpu)
         there = on_leaf.get(key)
         if there is None:
             on_leaf[key] = (guid, switch_name, [rail])
@@ -94,7 +93,7 @@ def _vote(node: NodeSummary, names: _RailNames, leaves: dict[str, _Leaf]) -> Non
             there[2].append(rail)
     host = node.host
     for key, (guid, switch_name, rails) in on_leaf.items():
-        leaf = leaves.get(key) or _leaf(leaves, key, guid)
+        leaf = _leaf(leaves, key, guid)
         leaf.nodes += 1
         leaf.ports += len(rails)
         if switch_name is not None:
@@ -153,7 +152,6 @@ class _RailNames:
                 self.at_gpu[gpu] = (count, port)
             elif count == best[0]:
                 self.at_gpu[gpu] = (count, None)
-        self.usual_gpu = {port: gpu for port, (_, gpu) in self.placement.items()}
         self.relaid = False   # some node puts a port by another GPU than most nodes do
 
     def of(self, port: str, gpu: int | None) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from netdoctor.host.budgets import check_json, enforce
+from netdoctor.host.budgets import SourceTooLarge, check_json, enforce
 from netdoctor.host.nccl_env import collect_nccl_env, shareable
 from netdoctor.host.netdevs import NetdevFacts, collect_netdevs
 from netdoctor.host.nvml import collect_nvml
@@ -55,6 +55,7 @@ class LiveSource:
         self.tool_timeout_s = tool_timeout_s
         self.path_env = path_env
         self._nvml: tuple[dict[str, Any] | None, str] | None = None
+        self._nvml_too_large: str | None = None
 
     def run(self, specs: list[CommandSpec], deadline: float | None = None) -> dict[str, CommandResult]:
         """Run the tools concurrently; a spec's own timeout is capped at `tool_timeout_s`.
@@ -75,9 +76,14 @@ class LiveSource:
             self._nvml = collect_nvml(sys=self.sys)
             if self.recording is not None:
                 self.recording.set_nvml(*self._nvml)
-        # nvml.json's budget, measured as a capture writes it (raises SourceTooLarge): 8 GPUs
-        # are ~50 KB, so only a snapshot made by hand comes near it.
-        check_json(self._nvml[0], SOURCES_BY_NAME["nvml"].max_output_bytes)
+            # nvml.json's budget, measured once as a capture writes it: 8 GPUs are ~50 KB, so
+            # only a snapshot made by hand comes near it.
+            try:
+                check_json(self._nvml[0], SOURCES_BY_NAME["nvml"].max_output_bytes)
+            except SourceTooLarge as error:
+                self._nvml_too_large = str(error)
+        if self._nvml_too_large is not None:
+            raise SourceTooLarge(self._nvml_too_large)
         return self._nvml
 
     def nccl_env(self) -> dict[str, Any] | None:

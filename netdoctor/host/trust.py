@@ -144,9 +144,11 @@ TOOL_VARIABLES = ("TZ",)
 TOOL_PREFIXES = ("NETDOCTOR_",)
 
 
+@functools.lru_cache(maxsize=64)
 def library_search_path(value: str | None) -> str | None:
     """LD_LIBRARY_PATH for children: absolute directories only, and as root only those root
-    alone can change (a CUDA or OFED directory outside the linker's default stays usable)."""
+    alone can change (a CUDA or OFED directory outside the linker's default stays usable).
+    Cached like tool_search_path: every spawn applies it, and it warns once per value."""
     elements = [element for element in (value or "").split(os.pathsep) if os.path.isabs(element)]
     if running_as_root():
         dropped = [element for element in elements if unsafe_path_reason(Path(element)) is not None]

@@ -108,11 +108,8 @@ def parse_nccl_conf(text: str, path: str = NCCL_ETC_CONF) -> tuple[list[tuple[st
         if not line or line.startswith("#"):
             continue
         name, equals, value = line.partition("=")
-        if not equals or not _NAME.match(name):
-            if "nccl" not in name.lower():
-                if equals:
-                    pairs.append((name, value))      # applied as NCCL applies it, never quoted
-                continue
+        if (not equals or not _NAME.match(name)) and "nccl" not in name.lower():
+            continue
         if not equals:
             if line.strip():
                 ignored.append(IgnoredLine(path, number, line[:200], "no '=': NCCL skips the line"))
@@ -165,7 +162,8 @@ def nccl_settings(environ: Mapping[str, str], files: Mapping[str, str], home: st
         pairs, skipped = parse_nccl_conf(text, path)
         ignored.extend(skipped)
         for name, value in pairs:
-            settings.setdefault(name, Setting(name, value, path))     # setenv(..., overwrite=0)
+            if nccl_env_kept(name):      # what the environment keeps too: no other line is quoted
+                settings.setdefault(name, Setting(name, value, path))     # setenv(..., overwrite=0)
     return NcclSettings(settings, tuple(read), tuple(ignored[:MAX_IGNORED_LINES]),
                         max(0, len(ignored) - MAX_IGNORED_LINES),
                         tuple(sorted(withheld.items()))[:MAX_IGNORED_LINES])
