@@ -104,7 +104,14 @@ def fabric_summary(inventory: Inventory, pack: RulePack) -> dict[str, Any]:
             gpu_index = next((gpu.index for gpu in inventory.gpus if gpu.label == gpus[0]), None)
             rails.append({"port": name, "rate_gbps": netdev.speed_mbps / 1000 if netdev.speed_mbps else None,
                           "gpu": gpu_index})
-    return {"gpus": len(inventory.gpus), "rails": rails, **({"rails_guessed": True} if guessed else {})}
+    # The platform and its GPUs on the PCI bus (the fleet's `gpus` drift: a GPU hidden from this
+    # process by a job's cgroup still counts; NVML's count is `gpus`, what the probe can use).
+    platform: dict[str, Any] = {}
+    if inventory.dmi is not None and inventory.dmi.product_name:
+        platform["product"] = inventory.dmi.product_name
+    if inventory.pci_gpus is not None:
+        platform["gpus_on_bus"] = len(inventory.pci_gpus)
+    return {"gpus": len(inventory.gpus), "rails": rails, **platform, **({"rails_guessed": True} if guessed else {})}
 
 
 def _guessed(inventory: Inventory, hca: Hca, basis: str) -> bool:

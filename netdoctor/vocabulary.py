@@ -97,6 +97,7 @@ class KernelEventKind(enum.StrEnum):
     AER_CORRECTED = "aer-corrected"
     AER_UNCORRECTED = "aer-uncorrected"   # non-fatal or fatal
     NVLINK = "nvlink"           # NVLink errors the driver logs outside an Xid
+    DRIVER_LOAD = "driver-load"  # NVRM: loading NVIDIA UNIX ... Kernel Module  <version>: Xids before it are history
 
 
 # NVML's nvmlNvlinkVersion_t -> the NVLink generation (6 = NVLink 4.0 on H100/H200).
@@ -114,3 +115,11 @@ NCCL_KEPT_NAMES = ("CUDA_VISIBLE_DEVICES",)
 def nccl_env_kept(name: str) -> bool:
     """Whether a capture keeps this variable."""
     return name.startswith(NCCL_KEPT_PREFIXES) or name in NCCL_KEPT_NAMES
+
+
+# nvmlGpuRecoveryAction_t (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, driver R575 and later), by the names
+# nvml.json uses (CONTRACT 7.2); Xid 154 lines name the same values. 0-4 agree in every binding;
+# 5-7 as nvidia-ml-py 13.615.71 (pynvml.py) names them: an earlier binding called 5 GPU_RESET_BUS.
+# Every value but 0 fails, so a name that changes only changes the remedy's wording.
+RECOVERY_ACTIONS = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p", 4: "drain_and_reset",
+                    5: "recover_imex_domain", 6: "bus_reset", 7: "system_reboot"}

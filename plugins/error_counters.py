@@ -5,6 +5,8 @@ Reads Port.counters (sysfs `counters/` or `perfquery -x`), Port.hw_counters (mlx
 hardware counters only count up, saturate at their width instead of wrapping, and are
 reset by reboots and by `perfquery -R`; so a saturated counter is `unknown` (growth cannot
 be measured), and a counter that went down was cleared: it is judged by level, and said so.
+`symbol_error` and `link_downed` are judged one way with or without history: their count in
+a window (since the last run, else since boot) against ibqueryerrors' count and a rate.
 See docs/checks.md (`error-counters`) for every threshold and the symbol-error BER derivation.
 """
 
@@ -90,6 +92,9 @@ EFA_COUNTERS = (
     CounterSpec("no_completion_cmds", 64, "admin commands the device never completed (it stopped answering "
                 "its driver)", EFA_REMEDY),
 )
+# Judged one way with or without history: a count in a window, against ibqueryerrors' count
+# and a rate over the window (since the last run, else since boot).
+WINDOWED = frozenset({"symbol_error", "link_downed"})
 XMIT_WAIT = CounterSpec("port_xmit_wait", 32, "ticks with data to send but no flow-control credit", "")
 
 
@@ -121,18 +126,9 @@ def _saturated_finding(ctx: CheckContext, hca: Hca, port: Port, saturated: list[
                        remedy=remedy)
 
 
-def _growth_limit(ctx: CheckContext, spec: CounterSpec, port: Port, elapsed_s: float) -> tuple[float, str, str] | None:
+def _growth_limit(ctx: CheckContext, spec: CounterSpec, elapsed_s: float) -> tuple[float, str, str] | None:
     """(allowed increase over elapsed_s, how the limit reads, rule) or None when growth cannot be judged."""
     minimum_interval = float(ctx.rule("rate_min_interval_s"))
-    if spec.name == "symbol_error":
-        if not port.is_active or port.rate is None or port.rate.gbps is None or elapsed_s < minimum_interval:
-            return None
-        ber_limit = float(ctx.rule("ber_limit"))
-        # Each symbol error is at least one bit error, so errors/s <= rate_bps x BER holds on a good link.
-        per_second = port.rate.gbps * 1e9 * ber_limit
-        return (per_second * elapsed_s,
-                f"BER {ber_limit:g} at {port.rate.gbps:g} Gb/s allows {_rate(per_second * 3600)}/h",
-                "symbol_error_rate")
     per_hour = float(ctx.rule(f"{spec.name}_per_hour"))
     if per_hour <= 0:
         return 0.0, "limit: any increase", spec.name
@@ -145,9 +141,89 @@ def _severity(ctx: CheckContext, rule: str) -> str:
     return str(ctx.rule(f"{rule}_severity"))
 
 
+def _rate_limit(ctx: CheckContext, spec: CounterSpec, port: Port) -> tuple[float, str] | str:
+    """(allowed per second, how it reads) for a windowed counter, or why there is none."""
+    if spec.name == "symbol_error":
+        if not port.is_active or port.rate is None or port.rate.gbps is None:
+            return "the port is not active, so the BER limit has no rate to apply to"
+        ber_limit = float(ctx.rule("ber_limit"))
+        # Each symbol error is at least one bit error, so errors/s <= rate_bps x BER holds on a good link.
+        per_second = port.rate.gbps * 1e9 * ber_limit
+        return per_second, f"BER {ber_limit:g} at {port.rate.gbps:g} Gb/s allows {_rate(per_second * 3600)}/h"
+    per_hour = float(ctx.rule(f"{spec.name}_per_hour"))
+    return per_hour / 3600, f"limit {per_hour:g}/h"
+
+
+def _judge_windowed(ctx: CheckContext, hca: Hca, port: Port, spec: CounterSpec, value: int,
+                    previous: int | None, elapsed_s: float | None, no_history: str, out: PortJudgement) -> None:
+    """symbol_error and link_downed, one way with or without history: the count in a window
+    (since the last run; else since boot, when the port counters restarted) above
+    `<counter>_absolute` (ibqueryerrors' count) warns; above the rate limit over that window
+    as well it takes `<counter>_severity`."""
+    saturated = value >= spec.maximum
+    remedy = spec.remedy.format(hca=hca.name)
+    out.evidence[spec.name] = value
+    evidence: dict[str, Any] = {"counter": spec.name, "value": value}
+    uptime = ctx.inventory.uptime_s
+    if previous is not None and elapsed_s is not None and value >= previous:
+        count, seconds, window, growth = value - previous, elapsed_s, f"in {duration_text(elapsed_s)}", True
+        out.evidence[f"{spec.name}_delta"] = count
+        evidence.update(previous=previous, delta=count, elapsed_s=round(elapsed_s, 1))
+    elif previous is not None and elapsed_s is not None:
+        # Cleared within the interval: the count is of a window no longer than it (a rate at least this high).
+        out.notes.append(f"{spec.name} went down since the last run ({previous} -> {value}: cleared?)")
+        out.evidence[f"{spec.name}_previous"] = previous
+        count, seconds, growth = value, elapsed_s, False
+        window = f"since it was cleared, within the {duration_text(elapsed_s)} since the last run"
+        evidence.update(previous=previous, elapsed_s=round(elapsed_s, 1))
+    elif uptime is not None and uptime > 0:
+        count, seconds, window, growth = value, uptime, f"since boot {duration_text(uptime)} ago", False
+        evidence["uptime_s"] = round(uptime, 1)
+    else:
+        count, seconds, window, growth = value, None, "", False
+    if saturated and not growth:
+        out.saturated.append(spec)     # a stuck count says nothing of when: clear it to measure again
+        return
+    limit = _rate_limit(ctx, spec, port)
+    floor = int(ctx.rule(f"{spec.name}_absolute"))
+    allowed = max(float(floor), limit[0] * seconds) if isinstance(limit, tuple) and seconds is not None else None
+    verb = f"rose by {'at least ' if saturated else ''}{count}" if growth else f"is {count}"
+    per_hour = count * 3600 / seconds if seconds else None
+    rate = f"{_rate(per_hour)}/h; " if per_hour is not None else ""
+    if per_hour is not None:
+        evidence["per_hour"] = round(per_hour, 3)
+    if allowed is not None and count > allowed and isinstance(limit, tuple):
+        evidence["allowed"] = round(allowed, 3)
+        rule = "symbol_error_rate" if spec.name == "symbol_error" else spec.name
+        out.findings.append(ctx.graded(
+            _severity(ctx, rule), port.name, f"{spec.name} {verb} {window} ({rate}{limit[1]}): {spec.meaning}",
+            evidence=evidence, remedy=remedy, rule=rule))
+        return
+    if saturated:
+        out.saturated.append(spec)
+        return
+    if count <= floor:
+        return
+    evidence["absolute_limit"] = floor
+    if seconds is None:
+        summary = f"{spec.name} is {count} (above {floor}), with no rate to judge ({no_history}; uptime unknown)"
+    else:
+        why = f"within {limit[1]}" if isinstance(limit, tuple) else limit
+        summary = f"{spec.name} {verb} {window} (above {floor}; {rate}{why})"
+        if not growth and previous is None and no_history:
+            summary += f"; {no_history}"
+    out.findings.append(ctx.graded(
+        str(ctx.rule("absolute_severity")), port.name, f"{summary}: {spec.meaning}",
+        evidence=evidence, remedy=f"watch it: run netdoctor again later; if it keeps growing: {remedy}",
+        rule=f"{spec.name}_absolute"))
+
+
 def _judge_counter(ctx: CheckContext, hca: Hca, port: Port, spec: CounterSpec, value: int,
                    previous: int | None, elapsed_s: float | None, no_history: str, out: PortJudgement,
                    absolute: bool) -> None:
+    if spec.name in WINDOWED:
+        _judge_windowed(ctx, hca, port, spec, value, previous, elapsed_s, no_history, out)
+        return
     saturated = spec.bits < 64 and value >= spec.maximum
     remedy = spec.remedy.format(hca=hca.name)
     out.evidence[spec.name] = value
@@ -158,7 +234,7 @@ def _judge_counter(ctx: CheckContext, hca: Hca, port: Port, spec: CounterSpec, v
     if previous is not None and elapsed_s is not None:
         delta = value - previous
         out.evidence[f"{spec.name}_delta"] = delta
-        limit = _growth_limit(ctx, spec, port, elapsed_s)
+        limit = _growth_limit(ctx, spec, elapsed_s)
         if limit is not None:
             allowed, limit_text, rule = limit
             if delta > allowed:
@@ -176,10 +252,7 @@ def _judge_counter(ctx: CheckContext, hca: Hca, port: Port, spec: CounterSpec, v
             if not saturated:
                 return
         elif not saturated:
-            if spec.name == "symbol_error" and (not port.is_active or port.rate is None or port.rate.gbps is None):
-                why = "the port is not active, so the BER limit has no rate to apply to"
-            else:
-                why = f"{duration_text(elapsed_s)} since the last run is shorter than rate_min_interval_s"
+            why = f"{duration_text(elapsed_s)} since the last run is shorter than rate_min_interval_s"
             if not absolute:
                 out.notes.append(f"{spec.name} growth not judged: {why}")
                 return

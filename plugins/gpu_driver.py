@@ -3,7 +3,12 @@
 A node whose driver is broken — user-space library upgraded without reloading the
 kernel module ("Driver/library version mismatch"), module not loaded, a GPU that fell
 off the bus or was never bound — looks empty to every GPU check, which then skip or say
-`unknown`. The PCI bus still shows the GPUs, so this check compares the two.
+`unknown`. The PCI bus still shows the GPUs, so this check compares the two. A GPU hidden from
+this process on purpose is skipped, not failed: only where the capture found its device node
+/dev/nvidiaN absent from this process's /dev (a container, a pod) or denied to it (a job step's
+device cgroup) — `visibility.device_nodes`, netdoctor.inventory.visibility. A node that opens, or
+was not probed, while NVML lacks the GPU is failed: SLURM_JOB_ID or a cgroup name alone never
+hide a GPU (a prolog has both and sees every GPU).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from collections.abc import Iterator
 
 from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.inventory.model import SourceState
+from netdoctor.inventory.visibility import device_node_state, hidden_gpus
 
 DRIVER_REMEDY = ("a driver/library version mismatch means the user-space driver was upgraded without reloading "
                  "the kernel module: drain the node and reboot it (or unload and reload the nvidia modules); "
@@ -51,10 +57,19 @@ def gpu_driver(ctx: CheckContext) -> Iterator[Finding]:
         yield ctx.passed(gpu.label, f"visible to the driver at {gpu.pci_address or 'an unknown PCI address'}")
     if on_bus is None:
         return
-    for address in sorted(set(on_bus) - seen):
+    hidden_addresses, hidden_reason = hidden_gpus(inventory) or ([], "")
+    for address in hidden_addresses:
+        # Its device node is absent or denied here (a container, a job step's device cgroup): NVML
+        # cannot answer for it, which says nothing of the driver. `inventory` says unknown.
+        yield ctx.skip(address, f"NVIDIA GPU at {address} is hidden from this process ({hidden_reason}): "
+                       "not judged here", evidence={"pci_address": address, "hidden_by": hidden_reason,
+                                                    "device_node": device_node_state(inventory, address)})
+    for address in sorted(set(on_bus) - seen - set(hidden_addresses)):
+        node_state = device_node_state(inventory, address)
+        opens = "; its device node opens, so the driver lost it" if node_state == "ok" else ""
         yield ctx.graded(str(ctx.rule("gpu_not_visible_severity")), address,
                          f"NVIDIA GPU at {address} is on the PCI bus but NVML does not list it "
-                         f"({len(nvml_gpus)} of {len(on_bus)} GPUs visible)",
+                         f"({len(nvml_gpus)} of {len(on_bus)} GPUs visible){opens}",
                          evidence={"pci_address": address, "pci_device_id": on_bus[address],
-                                   "visible": len(nvml_gpus), "on_bus": len(on_bus)},
+                                   "visible": len(nvml_gpus), "on_bus": len(on_bus), "device_node": node_state},
                          remedy=UNBOUND_REMEDY.format(address=address), rule="gpu_not_visible_severity")

@@ -7,15 +7,18 @@ never in the log read (`dmesg` is this boot's ring buffer). The window is counte
 the capture time, never "since the last run": a HealthCheck run must not consume the event
 the next prolog needs.
 
-GPU Xids are judged by the pack's `xid_severity` table, kept from NVIDIA's Xid catalog
-(docs.nvidia.com/deploy/xid-errors): the ones that mean the GPU or its memory or NVLink is
-broken fail; application Xids (13 graphics exception, 31 MMU fault, 43 GPU stopped
-processing, 45 preemptive cleanup) are the job's, not the node's, unless they repeat past
-`application_xid_repeat` in the window.
+GPU Xids are graded by NVIDIA's Xid catalog, its immediate resolution per Xid (xid_catalog.py):
+RESET_GPU, RESTART_BM, CONTACT_SUPPORT and the ECC/NVLink workflows fail; RESTART_APP and
+IGNORE are the job's or nothing, a warning only when one GPU repeats them past
+`application_xid_repeat`; Xid 154 by the recovery action it names. An Xid older than the
+newest load of the NVIDIA driver (`NVRM: loading NVIDIA UNIX ... Kernel Module`) is history:
+the reload reinitialised every GPU, so it is shown and not graded. A reset of one GPU
+(`nvidia-smi -r`) logs no kernel line that says so, and is not seen here.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -24,10 +27,11 @@ from typing import Any
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.inventory.model import Inventory, KernelEvent, KernelEventKind, KernelLog
 from netdoctor.util import iso_utc, parse_iso_utc
+from netdoctor_plugins.xid_catalog import (RECOVERY_BUCKET, RECOVERY_XID, UNLISTED, XidRules, XidVerdict, judge_gpu,
+                                           remedy_of)
 
 CHECK_ID = "kernel-events"
-REMEDY_XID = ("look the Xid up in NVIDIA's catalog (docs.nvidia.com/deploy/xid-errors); drain the node, reset "
-              "the GPU (`nvidia-smi -r`) or reboot, and run `dcgmi diag -r 3`; a repeated Xid 79/48/94/95 is an RMA")
+_CODE = re.compile(r"^\d+,\s*")     # the Xid number that opens the driver's words
 REMEDY_SXID = "read the fabric manager log; a fatal SXid needs the GPUs reset (or a reboot) before the fabric is usable"
 REMEDY_FLAP = "reseat or replace the cable/transceiver of this port; check the switch port's error counters"
 REMEDY_AER = ("reseat the card; check the slot and riser; uncorrected AER errors on a GPU/NIC path end in a "
@@ -66,8 +70,8 @@ class _Tally:
         return _iso(self.first) if self.first == self.last else f"{_iso(self.first)} .. {_iso(self.last)}"
 
 
-@check(CHECK_ID, "Kernel log of this boot: GPU Xids by catalog severity, NVSwitch SXids, link flaps, PCIe AER errors "
-       "on GPU/NIC paths, each within its window", needs=("kernel-log",), order=95)
+@check(CHECK_ID, "Kernel log of this boot: GPU Xids by NVIDIA's Xid catalog (since the driver's last load), NVSwitch "
+       "SXids, link flaps, PCIe AER errors on GPU/NIC paths, each within its window", needs=("kernel-log",), order=95)
 def kernel_events(ctx: CheckContext) -> Iterator[Finding]:
     inventory = ctx.inventory
     log = inventory.kernel_log
@@ -79,34 +83,58 @@ def kernel_events(ctx: CheckContext) -> Iterator[Finding]:
         (KernelEventKind.XID, "xid_window_s"), (KernelEventKind.SXID, "sxid_window_s"),
         (KernelEventKind.LINK_DOWN, "flap_window_s"), (KernelEventKind.AER_CORRECTED, "aer_window_s"),
         (KernelEventKind.AER_UNCORRECTED, "aer_window_s"))}
+    xids = XidRules(ctx)
+    loaded = _driver_loaded(log)
     tallies: dict[tuple[KernelEventKind, str], _Tally] = {}
+    current: dict[str, list[KernelEvent]] = {}
+    history: dict[str, list[KernelEvent]] = {}
     for event in log.events:
         window = windows.get(event.kind)
         if window is None or (event.time is not None and event.time < now - timedelta(seconds=window)):
             continue
         if event.time is not None and log.boot_time is not None and event.time < log.boot_time:
             continue                   # a journal spanning reboots: another boot's event
+        if event.kind is KernelEventKind.XID:
+            older = loaded is not None and event.time is not None and event.time < loaded[0]
+            (history if older else current).setdefault(event.subject, []).append(event)
+            continue
         tallies.setdefault((event.kind, event.subject), _Tally()).add(event)
     names = _subject_names(inventory)
-    problems = 0
-    for (kind, subject), tally in sorted(tallies.items(), key=lambda item: (item[0][0].value, item[0][1])):
+    findings: list[tuple[str, str, Finding]] = []
+    for (kind, subject), tally in tallies.items():
         finding = _judge(ctx, kind, names.get(subject, subject), tally, subject in names)
         if finding is not None:
-            problems += 1
-            yield finding
+            findings.append((kind.value, subject, finding))
+    for subject in set(current) | set(history):
+        findings.append((KernelEventKind.XID.value, subject, _judge_xids(
+            ctx, xids, subject, names.get(subject, subject), current.get(subject, []), history.get(subject, []),
+            loaded)))
+    problems = 0
+    for _, _, finding in sorted(findings, key=lambda item: (item[0], item[1])):
+        problems += finding.status is not Status.PASS
+        yield finding
     unread = _unread(ctx, log, now, windows)
     if unread is not None:
         yield unread
     elif not problems:
         reach = f"; the log reaches back to {_iso(log.first_time)}" if log.first_time else ""
-        yield ctx.passed("node", f"no GPU, NVSwitch, link or PCIe fault in this boot's kernel log{reach}",
-                         evidence={"events_read": len(log.events)})
+        evidence: dict[str, Any] = {"events_read": len(log.events)}
+        if loaded is not None:
+            evidence.update(driver_loaded=_iso(loaded[0]), driver_version=loaded[1])
+        yield ctx.passed("node", f"nothing in this boot's kernel log needs action: no GPU, NVSwitch, link or PCIe "
+                         f"fault{reach}", evidence=evidence)
+
+
+def _driver_loaded(log: KernelLog) -> tuple[datetime, str] | None:
+    """The newest load of the NVIDIA driver this boot (its time and version), where placed in time."""
+    loads = [(event.time, event.subject) for event in log.events
+             if event.kind is KernelEventKind.DRIVER_LOAD and event.time is not None
+             and (log.boot_time is None or event.time >= log.boot_time)]
+    return max(loads) if loads else None
 
 
 def _judge(ctx: CheckContext, kind: KernelEventKind, subject: str, tally: _Tally, ours: bool) -> Finding | None:
     times = f"{tally.count}x, {tally.when()}"
-    if kind is KernelEventKind.XID:
-        return _judge_xids(ctx, subject, tally, times)
     if kind is KernelEventKind.SXID:
         status = Status.FAIL if tally.fatal else (Status.WARN if tally.count >= int(ctx.rule("sxid_nonfatal_repeat"))
                                                   else None)
@@ -135,28 +163,75 @@ def _judge(ctx: CheckContext, kind: KernelEventKind, subject: str, tally: _Tally
     return None
 
 
-def _judge_xids(ctx: CheckContext, subject: str, tally: _Tally, times: str) -> Finding | None:
-    severity: dict[str, str] = ctx.rule("xid_severity")
-    repeat = int(ctx.rule("application_xid_repeat"))
-    worst: Status | None = None
-    named: list[str] = []
-    for code, count in sorted(tally.codes.items()):
-        level = severity.get(str(code), "warn")
-        if level == "application":
-            status = Status.WARN if count >= repeat else None
-        else:
-            status = Status(level)
-        if status is None:
-            continue
-        named.append(f"Xid {code}" + (f" x{count}" if count > 1 else ""))
-        if worst is None or (status is Status.FAIL):
-            worst = status
-    if worst is None:
-        return None
+def _judge_xids(ctx: CheckContext, xids: XidRules, pci: str, subject: str, current: list[KernelEvent],
+                history: list[KernelEvent], loaded: tuple[datetime, str] | None) -> Finding:
+    """One GPU's Xids: graded by the catalog where they happened since the driver's last load;
+    shown, not graded, where they are older (history) or the job's and not repeated."""
+    verdicts = judge_gpu(xids, current, pci) if current else []
+    evidence: dict[str, Any] = {}
+    if current:
+        tally = _Tally()
+        for event in current:
+            tally.add(event)
+        evidence = tally.evidence()
+        evidence["codes"] = {str(verdict.code): {"count": verdict.count, "resolution": verdict.resolution,
+                                                 "grade": verdict.grade} for verdict in verdicts}
+    before = ""
+    if history:
+        past = _Tally()
+        for event in history:
+            past.add(event)
+        assert loaded is not None          # an event is history only against a driver load
+        evidence["history"] = {**past.evidence(), "driver_loaded": _iso(loaded[0]), "driver_version": loaded[1]}
+        codes = ", ".join(f"Xid {code}" + (f" x{count}" if count > 1 else "")
+                          for code, count in sorted(past.codes.items()))
+        before = (f"{codes} ({past.when()}) came before the NVIDIA driver was loaded again at {_iso(loaded[0])} "
+                  f"({loaded[1]}): history, not graded")
+    graded = [verdict for verdict in verdicts if verdict.status is not None]
+    if not graded:
+        parts = []
+        if verdicts:
+            shown = ", ".join(_named(verdict) for verdict in verdicts)
+            parts.append(f"{shown} ({_times(current)}): the job's or nothing by NVIDIA's catalog, fewer than "
+                         f"{xids.repeat} of one Xid in the window")
+        if before:
+            parts.append(before)
+        return ctx.passed(subject, "; ".join(parts), evidence=evidence)
+    status = Status.FAIL if any(verdict.status is Status.FAIL for verdict in graded) else Status.WARN
+    worst = [verdict for verdict in graded if verdict.status is status]
+    newest = [event for event in current if event.code in {verdict.code for verdict in worst}][-1]
     # The driver's own words say what the Xid means ("GPU has fallen off the bus").
-    said = tally.sample.split("): ", 1)[-1][:160]
-    return ctx.finding(worst, subject, f"{', '.join(named)} ({times}): {said}", evidence=tally.evidence(),
-                       remedy=REMEDY_XID, rule="xid_severity")
+    said = _CODE.sub("", newest.message.split("): ", 1)[-1], count=1)[:160]
+    codes = {verdict.code for verdict in graded}
+    times = _times([event for event in current if event.code in codes])
+    summary = f"{', '.join(_named(verdict) for verdict in graded)} ({times}): {said}"
+    if before:
+        summary += f"; {before}"
+    return ctx.finding(status, subject, summary, evidence=evidence, remedy=remedy_of(verdicts),
+                       rule=_rule_of(xids, worst[0]))
+
+
+def _times(events: list[KernelEvent]) -> str:
+    tally = _Tally()
+    for event in events:
+        tally.add(event)
+    return f"{tally.count}x, {tally.when()}"
+
+
+def _named(verdict: XidVerdict) -> str:
+    times = f" x{verdict.count}" if verdict.count > 1 else ""
+    return f"Xid {verdict.code}{times} ({verdict.said or verdict.resolution})"
+
+
+def _rule_of(xids: XidRules, verdict: XidVerdict) -> str:
+    """The pack key that set this grade."""
+    if str(verdict.code) in xids.overrides:
+        return "xid_severity"
+    if verdict.grade == "repeat":
+        return "application_xid_repeat"
+    if verdict.code == RECOVERY_XID and verdict.resolution != RECOVERY_BUCKET:
+        return "recovery_action_grade"
+    return "unlisted_xid_severity" if verdict.resolution == UNLISTED else "resolution_grade"
 
 
 _KIND_WORDS = {KernelEventKind.XID: "GPU Xids", KernelEventKind.SXID: "NVSwitch SXids",

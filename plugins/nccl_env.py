@@ -24,30 +24,24 @@ from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import GID_SLOTS_READ, Hca, LinkLayer, Port
 from netdoctor.inventory.queries import gpu_fabric_netdevs
 from netdoctor.util import cut_text, listed, natural_key
-from netdoctor.parsers.nccl_env import MAX_DEVICE_ENTRIES, DeviceFilter, NcclSettings, Setting, parse_device_filter
+from netdoctor.parsers.nccl_env import (
+    MAX_DEVICE_ENTRIES,
+    DeviceFilter,
+    NcclSettings,
+    Setting,
+    is_plain_integer,
+    nccl_c_int,
+    nccl_integer,
+    nccl_path_level,
+    parse_device_filter,
+)
+from netdoctor_plugins.nccl_env_socket import socket_ifname
+from netdoctor_plugins.nccl_env_text import EVIDENCE_ITEMS, QUOTED, SHOWN
+from netdoctor_plugins.nccl_env_text import origin as _origin
+from netdoctor_plugins.nccl_env_text import quoted as _quoted
+from netdoctor_plugins.nccl_env_text import remedy as _remedy
 
 CHECK_ID = "nccl-env"
-# What NCCL's integer flags read as "on" (strtoll: any non-zero; the usual spellings).
-_TRUE = ("1", "true", "yes", "on")
-# Display bounds (engineering defaults, not thresholds): entries named in one summary, characters
-# of a value quoted, items of a list kept in evidence.
-SHOWN = 8
-QUOTED = 200
-EVIDENCE_ITEMS = 64
-
-
-def _quoted(value: str) -> str:
-    return repr(value) if len(value) <= QUOTED else f"{value[:QUOTED]!r}... ({len(value) - QUOTED:,} more characters)"
-
-
-def _origin(setting: Setting) -> str:
-    where = "from the environment" if setting.origin == "environment" else "in " + setting.origin
-    return f"{setting.name}={_quoted(setting.value)} ({where})"
-
-
-def _remedy(setting: Setting, fix: str) -> str:
-    where = "where the job's environment sets it" if setting.origin == "environment" else f"in {setting.origin}"
-    return f"{fix} ({where})"
 
 
 @check(CHECK_ID, "NCCL settings (environment, NCCL_CONF_FILE, ~/.nccl.conf, /etc/nccl.conf) against the node: "
@@ -58,8 +52,9 @@ def nccl_env(ctx: CheckContext) -> Iterator[Finding]:
     inventory = ctx.inventory
     nccl = inventory.nccl
     assert nccl is not None      # the needs gate (need_nccl_env) ran first
-    findings = [*_withheld_files(ctx, nccl), *_ignored_lines(ctx, nccl), *_disabled_transports(ctx, nccl), *_ib_hca(ctx, nccl),
-                *_socket_ifname(ctx, nccl), *_gid_index(ctx, nccl), *cloud_fabric_settings(ctx, nccl)]
+    findings = [*_withheld_files(ctx, nccl), *_ignored_lines(ctx, nccl), *_flags_not_as_written(ctx, nccl),
+                *_disabled_transports(ctx, nccl), *_ib_hca(ctx, nccl),
+                *socket_ifname(ctx, nccl), *_gid_index(ctx, nccl), *cloud_fabric_settings(ctx, nccl)]
     yield from findings
     if not findings:
         evidence = {"settings": {name: {"value": cut_text(setting.value, QUOTED), "origin": setting.origin}
@@ -104,16 +99,43 @@ def _compute_ports(ctx: CheckContext) -> list[tuple[Hca, Port]]:
             if port_class is None or port_class.role == "compute"]
 
 
+# How NCCL reads each flag the check judges, and what it turns off: NCCL_IB_DISABLE is an
+# NCCL_PARAM read with strtoll, any non-zero disables (src/transport/net_ib/init.cc
+# `if (ncclParamIbDisable())`); NCCL_SHM_DISABLE likewise, but only 1 disables
+# (src/transport/shm.cc `ncclParamShmDisable() == 1`); NCCL_P2P_DISABLE is read by
+# ncclGetLevel with a bare `(int) strtol` and only 1 disables (src/graph/paths.cc).
+_FLAGS = {"NCCL_IB_DISABLE": ("InfiniBand/RoCE", lambda value: (nccl_integer(value) or 0) != 0),
+          "NCCL_SHM_DISABLE": ("shared memory", lambda value: nccl_integer(value) == 1),
+          "NCCL_P2P_DISABLE": ("GPU peer-to-peer", lambda value: nccl_c_int(value) == 1)}
+
+
 def _flag(nccl: NcclSettings, name: str) -> Setting | None:
-    """The setting when it turns its flag on (NCCL reads an integer: anything but 0)."""
+    """The setting when NCCL, reading it as NCCL does, turns its flag on."""
     setting = nccl.get(name)
-    if setting is None:
-        return None
-    text = setting.value.strip().lower()
-    try:
-        return setting if int(text, 0) != 0 else None
-    except ValueError:
-        return setting if text in _TRUE else None
+    return setting if setting is not None and _FLAGS[name][1](setting.value) else None
+
+
+def _read_as(value: str, name: str) -> int | None:
+    return nccl_c_int(value) if name == "NCCL_P2P_DISABLE" else nccl_integer(value)
+
+
+def _flags_not_as_written(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
+    """A flag written as a word (`true`, `yes`) or with trailing text that NCCL's integer reading
+    leaves off: `NCCL_IB_DISABLE=true` is 0 to NCCL, so InfiniBand stays on. Its author meant
+    something else, and the node runs as if the line were not there; a flag NCCL does turn on is
+    judged by what it turns off (_disabled_transports)."""
+    for name, (transport, turns_on) in _FLAGS.items():
+        setting = nccl.get(name)
+        if setting is None or not setting.value or is_plain_integer(setting.value) or turns_on(setting.value):
+            continue
+        number = _read_as(setting.value, name)
+        read = "NCCL's default (out of range)" if number is None else str(number)
+        yield ctx.graded(ctx.severity("flag_not_integer_severity"), name,
+                         f"NCCL reads {name}={_quoted(setting.value)} as {read}: {transport} stays on; write 0 or 1"
+                         f" ({'from the environment' if setting.origin == 'environment' else 'in ' + setting.origin})",
+                         evidence={"value": cut_text(setting.value, QUOTED), "read_as": number},
+                         rule="flag_not_integer_severity",
+                         remedy=_remedy(setting, f"remove {name}, or write {name}=1 if {transport} is meant to be off"))
 
 
 def _disabled_transports(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
@@ -133,7 +155,8 @@ def _disabled_transports(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Find
     net = nccl.get("NCCL_NET")
     fabric_netdevs = sorted(gpu_fabric_netdevs(inventory) or {}, key=natural_key)
     fabric = active_rdma or fabric_netdevs
-    if fabric and net is not None and net.value.strip().lower() == "socket":
+    # NCCL compares NCCL_NET with each plugin's name by strcasecmp, untrimmed (src/plugin/net.cc).
+    if fabric and net is not None and net.value.lower() == "socket":
         what = (f"{len(active_rdma)} active compute RDMA port(s)" if active_rdma
                 else f"{len(fabric_netdevs)} GPUDirect-TCPX NICs ({', '.join(fabric_netdevs)})")
         plugin = "set it to IB" if active_ib_transport else "set it to the network plugin's name"
@@ -142,7 +165,7 @@ def _disabled_transports(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Find
                          evidence={"active_compute_ports": active_rdma, "fabric_netdevs": fabric_netdevs},
                          rule="net_socket_severity", remedy=_remedy(net, f"remove NCCL_NET (or {plugin})"))
     level = nccl.get("NCCL_NET_GDR_LEVEL")
-    if active_rdma and gpus and level is not None and level.value.strip().upper() in ("LOC", "0"):
+    if active_rdma and gpus and level is not None and nccl_path_level(level.value) == "LOC":
         yield ctx.graded(ctx.severity("gdr_disabled_severity"), level.name,
                          f"{_origin(level)} turns GPUDirect RDMA off: every inter-node transfer is staged "
                          "through host memory", rule="gdr_disabled_severity",
@@ -150,7 +173,7 @@ def _disabled_transports(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Find
     if gpus >= 2:
         p2p = _flag(nccl, "NCCL_P2P_DISABLE") or (
             level_setting if (level_setting := nccl.get("NCCL_P2P_LEVEL")) is not None
-            and level_setting.value.strip().upper() in ("LOC", "0") else None)
+            and nccl_path_level(level_setting.value) == "LOC" else None)
         if p2p is not None:
             path = "NVLink" if nvlink else "PCIe peer-to-peer"
             yield ctx.graded(ctx.severity("p2p_disable_severity"), p2p.name,
@@ -244,46 +267,19 @@ def _ib_hca_coverage(ctx: CheckContext, setting: Setting, selection: DeviceFilte
                          remedy=_remedy(setting, "use '=' with exact names, or exclude them with '^'"))
 
 
-def _socket_ifname(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
-    setting = nccl.get("NCCL_SOCKET_IFNAME")
-    if setting is None:
-        return
-    selection = parse_device_filter(setting.value)
-    netdevs = {netdev.name: netdev for netdev in ctx.inventory.netdevs}
-    selected = [name for name in sorted(netdevs) if selection.selects(name)]
-    up = [name for name in selected if netdevs[name].operstate == "up"]
-    if not up:
-        state = (f"{listed(selected, SHOWN)} {'is' if len(selected) == 1 else 'are'} not up" if selected
-                 else f"it matches none of {listed(sorted(netdevs), SHOWN) or 'no interfaces'}")
-        yield ctx.graded(ctx.severity("socket_ifname_severity"), setting.name,
-                         f"{_origin(setting)} gives NCCL no usable interface ({state}): NCCL's bootstrap "
-                         "fails and jobs do not start", evidence={"selected": selected[:EVIDENCE_ITEMS]},
-                         rule="socket_ifname_severity",
-                         remedy=_remedy(setting, "name an interface that is up (ip -br link)"))
-        return
-    if not selection.exclude:
-        missing = [entry.name for entry in selection.entries
-                   if not any(selection.entry_matches(entry, name) for name in netdevs)]
-        if missing:
-            yield ctx.graded(ctx.severity("socket_ifname_entry_severity"), setting.name,
-                             f"{_origin(setting)}: {listed([repr(cut_text(name, 60)) for name in missing], SHOWN)} "
-                             f"match(es) no interface of this node; NCCL uses {listed(up, SHOWN)}",
-                             evidence={"unmatched_entries": len(missing), "entries": selection.count},
-                             rule="socket_ifname_entry_severity",
-                             remedy=_remedy(setting, "drop the names this node does not have"))
-
-
 def _gid_index(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
     setting = nccl.get("NCCL_IB_GID_INDEX")
     if setting is None:
         return
-    try:
-        index = int(setting.value.strip(), 0)
-    except ValueError:
-        yield ctx.graded(ctx.severity("gid_index_severity"), setting.name,
-                         f"{_origin(setting)} is not a number: NCCL ignores it", rule="gid_index_severity",
+    # An NCCL_PARAM (src/transport/net_ib/connect.cc IbGidIndex, default -1): "three" reads as 0.
+    index = nccl_integer(setting.value)
+    if index is None:
+        return                    # empty or out of range: NCCL keeps its default (-1)
+    if setting.value and not is_plain_integer(setting.value):
+        yield ctx.graded(ctx.severity("flag_not_integer_severity"), setting.name,
+                         f"NCCL reads {setting.name}={_quoted(setting.value)} as {index}",
+                         evidence={"read_as": index}, rule="flag_not_integer_severity",
                          remedy=_remedy(setting, "set a number (3 is RoCE v2 over IPv4 on most nodes)"))
-        return
     if index < 0:
         return                    # -1: NCCL picks a RoCE v2 GID itself (NCCL >= 2.21)
     selection = parse_device_filter(nccl.get("NCCL_IB_HCA").value) if nccl.get("NCCL_IB_HCA") else None
@@ -336,7 +332,7 @@ def cloud_fabric_settings(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Fin
                              "(TCP at best) instead of the EFA devices", rule="fi_provider_severity",
                              remedy=_remedy(provider, "set FI_PROVIDER=efa or remove it"))
         net = nccl.get("NCCL_NET")
-        if net is not None and net.value.strip().lower() == "ib":
+        if net is not None and net.value.lower() == "ib":
             yield ctx.graded(ctx.severity("net_socket_severity"), net.name,
                              f"{_origin(net)} asks for NCCL's InfiniBand transport, which cannot open EFA devices: "
                              "NCCL fails to start or runs on sockets", rule="net_socket_severity",

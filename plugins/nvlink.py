@@ -5,16 +5,21 @@ H100/H200 SXM). A link that trained down or dropped leaves the GPU running: NCCL
 around it and the all-reduce runs slower on every step, or a GPU falls back to PCIe. Replay
 and recovery counters that grow mean a marginal link that will drop under load.
 
-Counts come from NVML (per link where the driver gives it). Replay and recovery counters
-are judged by their growth since the last run (the same history and `--baseline` as
-`error-counters`), CRC counters are only shown: a healthy, idle 2x H200 showed 0-29 CRC-data
-errors per link, and each 1 GiB all-reduce added up to 29 more.
+Counts come from NVML (per link where the driver gives it), judged as DCGM's NVLink health
+watch judges them (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp, MonitorNVLink4Fields):
+replay and recovery errors by any growth since the last run (the same history and
+`--baseline` as `error-counters`): a warn, and a fail past the pack's rate per hour; CRC
+flit/data errors only by their rate per second (DCGM_LIMIT_MAX_NVLINK_CRC_ERROR, 100/s),
+since a healthy link's CRC counters grow with traffic (replay corrects them). With no earlier
+reading (the first run after boot) the window is the time since boot: the counters count
+from the driver's load. See docs/checks.md (`nvlink`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, check
@@ -29,6 +34,8 @@ REMEDY_DOWN = ("reset the GPU when idle (`nvidia-smi -r -i N`) or reboot; if the
                "tray / baseboard and open a hardware case (NVLink down is a board or NVSwitch fault)")
 REMEDY_ERRORS = ("drain the node and run the NVLink diagnostics (`dcgmi diag -r 3` or the vendor's field "
                  "diagnostics); growing replay/recovery errors mean a marginal link that will drop under load")
+REMEDY_WATCH = ("watch the link: run netdoctor again after the next job (or `dcgmi health -c` with the NVLink watch "
+                "set); if the errors keep growing, drain the node and run `dcgmi diag -r 3`")
 
 
 @check(CHECK_ID, "NVLinks per GPU: active vs expected, link state, speed and version alike, error counters by growth",
@@ -88,60 +95,117 @@ def _judge_gpu(ctx: CheckContext, gpu: Gpu, expected: int | None, node_version: 
         yield ctx.passed(subject, f"{active}/{gpu.nvlink_total} NVLinks active{version}", evidence=evidence)
 
 
-def _judge_errors(ctx: CheckContext, gpu: Gpu, subject: str) -> Iterator[Finding]:
-    """Growth of the judged counters since the last reading of this boot (as a rate per hour
-    over at least `rate_min_interval_s`), else their level.
+@dataclass(frozen=True)
+class _Count:
+    """One counter of one link over a window: `growth` between two readings, else its count
+    over the uptime (the counters count from the driver's load at boot)."""
 
-    Only `judged_counters` are judged (replay, recovery). CRC counters are not: on a healthy
-    2x H200 one 1 GiB all-reduce added 1-29 CRC-data errors per link (corrected by replay,
-    measured on the device tool's machine); without the traffic in between, their growth
-    cannot be told from load.
+    link: int
+    name: str
+    count: int
+    seconds: float | None          # the window's length; None: not known
+    growth: bool
+
+    def text(self) -> str:
+        per = f", {self.count * 3600 / self.seconds:.0f}/h" if self.seconds else ""
+        if self.growth:
+            window = f" in {duration_text(self.seconds)}" if self.seconds else ""
+            return f"link {self.link} {self.name} +{self.count}{window}{per}"
+        since = " since boot" if self.seconds else " (no window known: no earlier reading, no uptime)"
+        return f"link {self.link} {self.name} {self.count}{since}{per}"
+
+
+def _judge_errors(ctx: CheckContext, gpu: Gpu, subject: str) -> Iterator[Finding]:
+    """Replay and recovery as DCGM's NVLink health watch judges them (any growth is an error:
+    here a warn, a rate past the pack's a fail); CRC flit/data by their rate per second
+    against DCGM's 100/s. With no usable earlier reading the window is the time since boot.
     """
-    judged = set(ctx.rule("judged_counters"))
+    counts = list(_counts(ctx, gpu))
+    failed: list[tuple[_Count, str, str]] = []       # (count, limit text, rule)
+    warned: list[tuple[_Count, str]] = []            # (count, rule)
+    for item in counts:
+        verdict = _judge_count(ctx, item)
+        if verdict is None:
+            continue
+        status, limit, rule = verdict
+        if status == "fail":
+            failed.append((item, limit, rule))
+        else:
+            warned.append((item, rule))
+    evidence = {"counts": {f"link {item.link} {item.name}": item.count for item in counts if item.count},
+                "windows_s": sorted({round(item.seconds, 1) for item in counts if item.count and item.seconds}),
+                "history": ctx.history.source if ctx.history is not None and any(item.growth for item in counts) else None}
+    if failed:
+        text = "; ".join(f"{item.text()} ({limit})" for item, limit, _ in failed)
+        yield ctx.fail(subject, f"NVLink errors past their rate limit: {text}", evidence=evidence,
+                       remedy=REMEDY_ERRORS, rule=failed[0][2])
+    if warned:
+        text = ", ".join(item.text() for item, _ in warned)
+        if any(item.growth for item, _ in warned):
+            summary = (f"NVLink errors grew since the last run: {text}; DCGM's NVLink health watch counts any "
+                       "replay/recovery growth as an error (below the pack's fail rate)")
+        else:
+            summary = f"NVLink errors with no earlier reading to tell growth: {text}"
+        yield ctx.warn(subject, summary, evidence=evidence, remedy=REMEDY_WATCH, rule=warned[0][1])
+
+
+def _counts(ctx: CheckContext, gpu: Gpu) -> Iterator[_Count]:
     history = ctx.history
-    elapsed_s = history.elapsed_s if history is not None and 0 < history.elapsed_s <= float(ctx.rule("history_max_age_s")) else None
-    level_warn = int(ctx.rule("error_level_warn"))
-    grown: dict[str, int] = {}
-    high: dict[str, int] = {}
+    elapsed_s = (history.elapsed_s if history is not None and 0 < history.elapsed_s <= float(ctx.rule("history_max_age_s"))
+                 else None)
+    # Without an earlier reading the counters are judged over the uptime: they count from the
+    # driver's load at boot (or a later GPU reset or driver reload, which the log does not always
+    # show and which may or may not clear them), so a rate over the uptime is never above the
+    # true one: no healthy link is failed for a window guessed too short.
+    uptime = ctx.inventory.uptime_s if ctx.inventory.uptime_s is not None and ctx.inventory.uptime_s > 0 else None
     for link in gpu.nvlinks:
         previous = history.ports.get(nvlink_key(gpu, link.link)) if history is not None and elapsed_s else None
         for name in NVLINK_ERROR_COUNTERS:
             value = link.errors.get(name)
-            before = previous.get(name) if previous is not None else None
-            if value is None or name not in judged:
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 continue
-            if before is not None and value >= before:      # a lower value: cleared, judged by level
-                if value > before:
-                    grown[f"link {link.link} {name}"] = value - before
-            elif value >= level_warn:
-                high[f"link {link.link} {name}"] = value
-    if grown and elapsed_s:
-        yield from _judge_growth(ctx, subject, grown, elapsed_s, history.source if history is not None else None)
-    if high:
-        text = ", ".join(f"{key} {count}" for key, count in sorted(high.items()))
-        yield ctx.warn(subject, f"NVLink error counters high with no earlier reading to tell growth: {text}",
-                       evidence={"levels": high}, remedy=REMEDY_ERRORS, rule="error_level_warn")
+            before = previous.get(name) if previous is not None else None
+            if before is not None and elapsed_s is not None:
+                # A lower value: the counters were reset (GPU reset, driver reload) within the interval.
+                yield _Count(link.link, name, value - before if value >= before else value, elapsed_s, True)
+            else:
+                yield _Count(link.link, name, value, uptime, False)
 
 
-def _judge_growth(ctx: CheckContext, subject: str, grown: dict[str, int], elapsed_s: float,
-                  history_source: str | None) -> Iterator[Finding]:
-    """A rate over a long enough interval; over a short one (two runs seconds apart) only a
-    count past `error_growth_count_fail` is judged: a burst is no rate."""
-    text = ", ".join(f"{key} +{count}" for key, count in sorted(grown.items()))
-    largest = max(grown.values())
-    evidence = {"growth": grown, "elapsed_s": round(elapsed_s, 1), "history": history_source}
-    summary = f"NVLink errors grew in {duration_text(elapsed_s)}: {text}"
-    if elapsed_s < float(ctx.rule("rate_min_interval_s")):
-        if largest >= int(ctx.rule("error_growth_count_fail")):
-            yield ctx.fail(subject, summary, evidence=evidence, remedy=REMEDY_ERRORS, rule="error_growth_count_fail")
-        return
-    rate_per_hour = largest * 3600 / elapsed_s
-    evidence["per_hour"] = round(rate_per_hour, 1)
-    summary = f"NVLink errors grew in {duration_text(elapsed_s)} ({rate_per_hour:.0f}/h): {text}"
-    if rate_per_hour >= float(ctx.rule("error_growth_per_hour_fail")):
-        yield ctx.fail(subject, summary, evidence=evidence, remedy=REMEDY_ERRORS, rule="error_growth_per_hour_fail")
-    elif rate_per_hour >= float(ctx.rule("error_growth_per_hour_warn")):
-        yield ctx.warn(subject, summary, evidence=evidence, remedy=REMEDY_ERRORS, rule="error_growth_per_hour_warn")
+def _judge_count(ctx: CheckContext, item: _Count) -> tuple[str, str, str] | None:
+    """("fail"|"warn", limit text, rule) for one counter over its window, or None."""
+    if item.count <= 0:
+        return None
+    seconds = item.seconds
+    if item.name in ("crc_flit", "crc_data"):
+        # CRC errors are corrected by replay and grow with traffic on healthy links: only a rate counts.
+        limit = float(ctx.rule("crc_per_second_fail"))
+        if seconds is not None and seconds >= float(ctx.rule("crc_min_interval_s")) and item.count / seconds >= limit:
+            return "fail", f"{item.count / seconds:.0f}/s, fails at {limit:g}/s", "crc_per_second_fail"
+        return None
+    count_limit = int(ctx.rule("error_growth_count_fail"))
+    if seconds is None:
+        # No window at all (no earlier reading, uptime not read): no rate, so no fail.
+        if item.count >= count_limit or item.name == "recovery":
+            return "warn", "", "no_window"
+        return None
+    if seconds >= float(ctx.rule("rate_min_interval_s")):
+        if item.name == "replay":
+            rule, per_hour_limit = "replay_per_hour_fail", float(ctx.rule("replay_per_hour_fail"))
+        else:
+            rule, per_hour_limit = "recovery_per_hour_fail", float(ctx.rule("recovery_per_hour_fail"))
+        if item.count * 3600 / seconds >= per_hour_limit:
+            return "fail", f"fails at {per_hour_limit:g}/h", rule
+    elif item.count >= count_limit:
+        # Over a short window (two runs close together, a node just booted) a few errors are a
+        # burst, no rate: only a large count fails.
+        return "fail", f"{item.count} in {duration_text(seconds)}, fails at {count_limit}", "error_growth_count_fail"
+    if item.growth:
+        return "warn", "", "replay_recovery_growth"
+    if item.name == "recovery":
+        # A link that retrained since boot: no rate to fail it, but not a clean link either.
+        return "warn", "", "recovery_since_boot"
+    return None     # replays since boot below the rate: link training and old bursts, not judged
 
 
 def _majority(values: list[Any]) -> Any:

@@ -4,9 +4,10 @@ running below their maximum speed or width.
 A link that trains at fewer lanes or a lower generation than it can cuts host<->device and
 GPUDirect RDMA bandwidth (a Gen5 x16 link carries ~63 GB/s; at x8 a 400 Gb/s NIC can no
 longer be fed). Usual causes: a badly seated card or riser, a failing retimer, a BIOS slot
-setting. NVIDIA GPUs also drop their link generation on purpose when idle (P8 and other
-power-saving P-states) and retrain to the maximum under load; that is not a fault. They
-never drop lanes to save power, so a narrow link is always judged.
+setting. NVIDIA GPUs also drop their link generation on purpose when idle and retrain to the
+maximum under load; that is not a fault. The P-state does not tell idle from busy (Hopper
+idles in P0), so a GPU's speed is judged only when NVML's utilization at capture says it was
+busy. GPUs never drop lanes to save power, so a narrow link is always judged.
 
 For NICs sysfs `max_link_speed` is the card's own maximum, not the slot's: a Gen4 card in
 a Gen3 slot reads "below maximum" although nothing is broken, so a slow NIC link is a
@@ -121,7 +122,7 @@ def _judge_gpu(ctx: CheckContext, gpu: Gpu) -> Finding:
                            f"({gpu.pci_address or 'PCI address unknown'}): " + "; ".join(reasons),
                            evidence={"pci_address": gpu.pci_address})
     evidence = {"pci_address": gpu.pci_address, **_link_evidence(link),
-                "performance_state": gpu.performance_state, **notes}
+                "performance_state": gpu.performance_state, "utilization_gpu": gpu.utilization_gpu, **notes}
     assert link.current_gen is not None and link.max_gen is not None  # _complete() holds
     assert link.current_width is not None and link.max_width is not None
     verdicts: list[Verdict] = []
@@ -130,24 +131,31 @@ def _judge_gpu(ctx: CheckContext, gpu: Gpu) -> Finding:
                                 f"PCIe link runs at x{link.current_width} of x{link.max_width} "
                                 f"(lanes lost: never power saving)", "low_width_severity"))
     if link.current_gen < link.max_gen:
-        gen_text = f"PCIe link runs at Gen{link.current_gen} of Gen{link.max_gen}"
-        idle_from = int(ctx.rule("power_saving_min_pstate"))
-        pstate = gpu.performance_state
-        if pstate is None:
-            verdicts.append(Verdict(ctx.severity("unknown_pstate_severity"),
-                                    f"{gen_text} and the P-state is unknown, so power saving cannot be "
-                                    f"told from a degraded link ({inventory.source('nvml').reason()})",
-                                    "unknown_pstate_severity"))
-        elif pstate >= idle_from:
-            verdicts.append(Verdict(Status.PASS, f"Gen{link.current_gen} in P{pstate} is power saving "
-                                    f"(retrains to Gen{link.max_gen} under load)"))
-        else:
-            verdicts.append(Verdict(ctx.severity("gpu_low_speed_severity"),
-                                    f"{gen_text} while busy (P{pstate})", "gpu_low_speed_severity"))
+        verdicts.append(_judge_gpu_speed(ctx, gpu, link))
     if "conflict" in notes:
         verdicts.append(Verdict(Status.PASS, "NVML and sysfs disagree; NVML used"))
     return _combine(ctx, gpu.label, verdicts, evidence, GPU_REMEDY,
                     f"{_describe(link, True)} (max {_describe(link, False)})")
+
+
+def _judge_gpu_speed(ctx: CheckContext, gpu: Gpu, link: PcieLink) -> Verdict:
+    """A GPU below its maximum generation, judged only against its own evidence of load.
+
+    NVIDIA GPUs train the link down when not in use and back up under load, whatever the
+    P-state says (Hopper idles in P0), so only NVML's utilization at capture tells a busy
+    GPU; an idle one, or one whose load is unknown, is power saving. (The NCCL probe does
+    not re-read the link under traffic, so it gives no evidence here.)
+    """
+    saving = f"Gen{link.current_gen} of Gen{link.max_gen} is power saving (retrains to Gen{link.max_gen} under load)"
+    busy_from = int(ctx.rule("busy_min_utilization"))
+    utilization = gpu.utilization_gpu
+    if utilization is None:
+        return Verdict(Status.PASS, f"{saving}; utilization unknown, so no evidence of load")
+    if utilization < busy_from:
+        return Verdict(Status.PASS, f"{saving}: idle ({utilization} % utilization)")
+    return Verdict(ctx.severity("gpu_low_speed_severity"),
+                   f"PCIe link runs at Gen{link.current_gen} of Gen{link.max_gen} while busy "
+                   f"({utilization} % utilization)", "gpu_low_speed_severity")
 
 
 def _judge_nic(ctx: CheckContext, address: str, hcas: list[Hca]) -> Finding:

@@ -51,6 +51,9 @@ elif tool == "nv-fabricmanager":
     name = "nv-fabricmanager-version"
 elif tool == "lldpctl":
     name = "lldpctl-json"
+elif tool == "ip":
+    # ip -j address show
+    name = "ip-j-addr"
 elif tool == "fi_info":
     # fi_info -p efa | fi_info --version
     name = "fi_info-version" if "--version" in args else "fi_info-p-" + (args[args.index("-p") + 1] if "-p" in args else "")
@@ -93,6 +96,7 @@ TOOLS = {
     "ofed_info": ("ofed_info-s",),
     "nv-fabricmanager": ("nv-fabricmanager-version",),
     "lldpctl": ("lldpctl-json",),
+    "ip": ("ip-j-addr",),
     "fi_info": ("fi_info-",),
 }
 

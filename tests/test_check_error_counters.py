@@ -1,14 +1,28 @@
-"""error-counters: growth as a rate since the last run, absolute level without history, saturation."""
+"""error-counters: growth as a rate since the last run, absolute level without history, saturation;
+symbol_error and link_downed judged one way: a count in a window (since the last run, else since
+boot) against ibqueryerrors' count and a rate."""
 
 from __future__ import annotations
 
 import copy
 from pathlib import Path
 
-from inventory_factory import HDR, dgx_h100, history_of, only, port_of, roce_node, run_check, site_pack, sources
+import pytest
+from inventory_factory import (
+    HDR,
+    dgx_h100,
+    history_of,
+    only,
+    port_of,
+    roce_node,
+    run_check,
+    site_pack,
+    sources,
+)
+from netdoctor_plugins.error_counters import error_counters
+
 from netdoctor.inventory.model import PhysState, PortState, SourceState
 from netdoctor.report.model import Status
-from netdoctor_plugins.error_counters import error_counters
 
 CHECK = "error-counters"
 
@@ -42,11 +56,15 @@ def test_clean_ports_pass_with_history_and_without() -> None:
                                  "growth not judged)")
 
 
-def test_symbol_errors_within_the_ber_limit_pass_and_above_it_fail() -> None:
+def test_symbol_errors_within_the_ber_limit_warn_past_ibqueryerrors_count_and_above_it_fail() -> None:
     inventory = dgx_h100()
     port_of(inventory, "mlx5_6:1").counters["symbol_error"] = 5000
-    # 400 Gb/s x 1e-12 = 0.4 errors/s = 1440 per hour.
-    assert only(run(inventory, history=grow(inventory, "mlx5_6:1", symbol_error=1400)), "mlx5_6:1").status is Status.PASS
+    # 400 Gb/s x 1e-12 = 0.4 errors/s = 1440 per hour; ibqueryerrors' SymbolErrorCounter=10 is a count.
+    assert only(run(inventory, history=grow(inventory, "mlx5_6:1", symbol_error=10)), "mlx5_6:1").status is Status.PASS
+    within = only(run(inventory, history=grow(inventory, "mlx5_6:1", symbol_error=1400)), "mlx5_6:1")
+    assert within.status is Status.WARN and within.rule == "symbol_error_absolute"
+    assert within.summary.startswith("symbol_error rose by 1400 in 1.0 h (above 10; 1400/h; within BER 1e-12 at "
+                                     "400 Gb/s allows 1440/h)")
     finding = only(run(inventory, history=grow(inventory, "mlx5_6:1", symbol_error=2000)), "mlx5_6:1")
     assert finding.status is Status.FAIL
     assert finding.summary.startswith("symbol_error rose by 2000 in 1.0 h (2000/h; BER 1e-12 at 400 Gb/s "
@@ -67,15 +85,18 @@ def test_ber_allowance_scales_with_the_port_rate() -> None:
     assert finding.evidence["allowed"] == 120.0
 
 
-def test_any_link_downed_increase_fails_even_over_a_short_interval() -> None:
+def test_a_link_down_since_a_recent_run_fails_even_over_a_short_interval() -> None:
     inventory = dgx_h100()
     port_of(inventory, "mlx5_7:1").counters["link_downed"] = 3
     finding = only(run(inventory, history=grow(inventory, "mlx5_7:1", elapsed_s=30, link_downed=1)), "mlx5_7:1")
     assert finding.status is Status.FAIL
-    assert finding.summary.startswith("link_downed rose by 1 in 30 s (120/h; limit: any increase)")
+    assert finding.summary.startswith("link_downed rose by 1 in 30 s (120/h; limit 1/h)")
     assert finding.rule == "link_downed"
     assert finding.evidence == {"counter": "link_downed", "value": 3, "previous": 2, "delta": 1, "elapsed_s": 30.0,
-                                "per_hour": 120.0, "allowed": 0.0, "error_growth": 1}
+                                "per_hour": 120.0, "allowed": 0.008, "error_growth": 1}
+    # One link-down over a day since the last run is below 1/h: a warn, not a drain.
+    slow = only(run(inventory, history=grow(inventory, "mlx5_7:1", elapsed_s=86400, link_downed=1)), "mlx5_7:1")
+    assert slow.status is Status.WARN and slow.rule == "link_downed_absolute"
 
 
 def test_absolute_level_without_history_warns() -> None:
@@ -83,8 +104,8 @@ def test_absolute_level_without_history_warns() -> None:
     port_of(inventory, "mlx5_5:1").counters["link_downed"] = 2
     finding = only(run(inventory), "mlx5_5:1")
     assert finding.status is Status.WARN
-    assert finding.summary == ("link_downed is 2 (above 0), with no rate to judge (there is no earlier reading): "
-                               "times the link went down")
+    assert finding.summary == ("link_downed is 2 (above 0), with no rate to judge (there is no earlier reading; "
+                               "uptime unknown): times the link went down")
     assert finding.rule == "link_downed_absolute"
 
 
@@ -122,7 +143,8 @@ def test_counter_that_went_down_is_judged_by_level_and_says_so() -> None:
     port_of(inventory, "mlx5_1:1").counters["symbol_error"] = 30
     finding = only(run(inventory, history=cleared), "mlx5_1:1")
     assert finding.status is Status.WARN
-    assert "the counter was cleared since the last run" in finding.summary
+    assert finding.summary.startswith("symbol_error is 30 since it was cleared, within the 1.0 h since the last run "
+                                      "(above 10; 30/h; within BER")
     assert finding.evidence["counter"] == "symbol_error"
 
 
@@ -219,3 +241,81 @@ def test_history_older_than_the_limit_is_not_used_for_rates() -> None:
                    "mlx5_6:1")
     assert finding.status is Status.WARN and finding.rule == "symbol_error_absolute"
     assert "old (history_max_age_s 86400)" in finding.summary
+
+
+# -- symbol_error and link_downed: one judgement, with or without history --------------------------------
+
+DAY = 86400.0
+
+
+@pytest.mark.parametrize(("counter", "count", "window_s", "status", "rule"), [
+    ("symbol_error", 10, 600.0, Status.PASS, None),                          # ibqueryerrors' count: never judged
+    ("symbol_error", 120, DAY, Status.WARN, "symbol_error_absolute"),        # past 10, far within the BER
+    ("symbol_error", 5000, 600.0, Status.FAIL, "symbol_error_rate"),         # 30,000/h against 1440/h
+    ("symbol_error", 40000, DAY, Status.FAIL, "symbol_error_rate"),          # 1667/h over a day
+    ("link_downed", 0, DAY, Status.PASS, None),
+    ("link_downed", 2, DAY, Status.WARN, "link_downed_absolute"),            # went down, but not once an hour
+    ("link_downed", 1, 600.0, Status.FAIL, "link_downed"),                   # 6/h
+    ("link_downed", 3, 3600.0, Status.FAIL, "link_downed"),
+])
+def test_the_same_count_in_the_same_window_gets_one_verdict_with_or_without_history(
+        counter: str, count: int, window_s: float, status: Status, rule: str | None) -> None:
+    since_boot = dgx_h100()
+    since_boot.uptime_s = window_s                                           # first run: the window is the uptime
+    port_of(since_boot, "mlx5_6:1").counters[counter] = count
+    first = only(run(since_boot), "mlx5_6:1")
+    with_history = dgx_h100()
+    with_history.uptime_s = 30 * DAY
+    port_of(with_history, "mlx5_6:1").counters[counter] = count + 7          # 7 before the last run
+    grown = only(run(with_history, history=grow(with_history, "mlx5_6:1", elapsed_s=window_s, **{counter: count})),
+                 "mlx5_6:1")
+    assert (first.status, first.rule) == (status, rule)
+    assert (grown.status, grown.rule) == (status, rule)
+    if status is not Status.PASS:
+        assert first.summary.startswith(f"{counter} is {count} since boot ")
+        assert grown.summary.startswith(f"{counter} rose by {count} in ")
+
+
+def test_first_run_judges_the_count_as_a_rate_over_the_uptime() -> None:
+    inventory = dgx_h100()
+    inventory.uptime_s = 93784.0                                             # 26 h
+    port_of(inventory, "mlx5_6:1").counters["symbol_error"] = 5120
+    finding = only(run(inventory), "mlx5_6:1")
+    assert finding.status is Status.WARN
+    assert finding.summary == ("symbol_error is 5120 since boot 26.1 h ago (above 10; 197/h; within BER 1e-12 at "
+                               "400 Gb/s allows 1440/h); there is no earlier reading: symbol errors on the wire "
+                               "(with FEC: errors FEC could not correct)")
+    assert finding.evidence["uptime_s"] == 93784.0
+    inventory.uptime_s = 1800.0                                              # the same count 30 min after boot
+    fast = only(run(inventory), "mlx5_6:1")
+    assert fast.status is Status.FAIL and fast.rule == "symbol_error_rate"
+    assert fast.summary.startswith("symbol_error is 5120 since boot 30 min ago (10240/h; BER 1e-12 at 400 Gb/s "
+                                   "allows 1440/h)")
+
+
+def test_stale_history_falls_back_to_the_window_since_boot() -> None:
+    inventory = dgx_h100()
+    inventory.uptime_s = 40 * DAY
+    port_of(inventory, "mlx5_6:1").counters["link_downed"] = 2
+    finding = only(run(inventory, history=grow(inventory, "mlx5_6:1", elapsed_s=30 * DAY, link_downed=1)), "mlx5_6:1")
+    assert finding.status is Status.WARN and finding.rule == "link_downed_absolute"
+    assert "since boot 960.0 h ago" in finding.summary and "history_max_age_s 86400" in finding.summary
+
+
+def test_a_saturated_count_since_boot_stays_unknown_whatever_the_uptime() -> None:
+    inventory = dgx_h100()
+    inventory.uptime_s = 600.0           # 255 link-downs in 10 min would fail as a rate, but a stuck count has no "when"
+    port_of(inventory, "mlx5_2:1").counters["link_downed"] = 255
+    finding = only(run(inventory), "mlx5_2:1")
+    assert finding.status is Status.UNKNOWN and "link_downed at 255 (8-bit)" in finding.summary
+
+
+def test_a_down_port_has_no_ber_rate_and_warns_past_the_count() -> None:
+    inventory = dgx_h100()
+    inventory.uptime_s = 600.0
+    port = port_of(inventory, "mlx5_6:1")
+    port.state, port.phys_state = PortState.DOWN, PhysState.POLLING
+    port.counters["symbol_error"] = 5000
+    finding = only(run(inventory), "mlx5_6:1")
+    assert finding.status is Status.WARN and finding.rule == "symbol_error_absolute"
+    assert "the port is not active, so the BER limit has no rate to apply to" in finding.summary

@@ -97,3 +97,29 @@ def test_nvml_library_missing_beside_a_loaded_driver_is_unknown(tmp_path: Path) 
     shutil.rmtree(snapshot / "sys" / "module" / "nvidia")   # no kernel driver at all: the node is broken
     _, findings = _driver_findings(snapshot)
     assert [(f.status, f.subject) for f in findings] == [(Status.FAIL, "node")]
+
+
+def test_the_prolog_fixture_fails_the_two_gpus_the_driver_lost() -> None:
+    """slurmd's Prolog (SLURM_JOB_ID, slurmd.service's cgroup) whose every device node opens: not hidden."""
+    report, findings = _driver_findings(NODES / "dgx-h100-prolog-6-gpus")
+    failed = [f for f in findings if f.status is Status.FAIL]
+    assert [f.subject for f in failed] == ["0000:d1:00.0", "0000:df:00.0"]
+    assert all(f.evidence["device_node"] == "ok" and "device node opens" in f.summary for f in failed)
+    assert report.grade is Grade.FAIL
+
+
+def test_the_job_fixture_skips_the_gpus_its_device_cgroup_denies() -> None:
+    _, findings = _driver_findings(NODES / "dgx-h100-job-2-gpus")
+    skipped = [f for f in findings if f.status is Status.SKIP]
+    assert len(skipped) == 6 and all(f.evidence["device_node"] == "denied" for f in skipped)
+    assert not [f for f in findings if f.status is Status.FAIL]
+
+
+def test_a_job_snapshot_without_device_nodes_is_judged_as_before(tmp_path: Path) -> None:
+    """An older capture (no `device_nodes`): SLURM variables alone hide nothing, the six GPUs fail."""
+    snapshot = _copy(tmp_path, "dgx-h100-job-2-gpus")
+    meta = json.loads((snapshot / "snapshot.json").read_text())
+    del meta["visibility"]["device_nodes"]
+    (snapshot / "snapshot.json").write_text(json.dumps(meta))
+    _, findings = _driver_findings(snapshot)
+    assert len([f for f in findings if f.status is Status.FAIL]) == 6

@@ -20,7 +20,16 @@ from corpus_util import corpus_dir
 from inventory_factory import dgx_h100, ib_hca, only, roce_node, run_check
 from netdoctor.host.nccl_env import collect_nccl_env
 from netdoctor.inventory.model import Gid, PortState
-from netdoctor.parsers.nccl_env import nccl_settings, parse_device_filter, parse_nccl_conf
+from netdoctor.errors import ParseError
+from netdoctor.parsers.ip_addr import parse_ip_addr_json
+from netdoctor.parsers.nccl_env import (
+    nccl_c_int,
+    nccl_integer,
+    nccl_path_level,
+    nccl_settings,
+    parse_device_filter,
+    parse_nccl_conf,
+)
 from netdoctor.report.model import Status
 from netdoctor_plugins.nccl_env import nccl_env
 
@@ -147,6 +156,20 @@ def test_storage_ports_pulled_in_warn() -> None:
     ({"NCCL_P2P_DISABLE": "1"}, "NCCL_P2P_DISABLE", Status.FAIL, "dgx-h100"),
     ({"NCCL_P2P_LEVEL": "LOC"}, "NCCL_P2P_LEVEL", Status.WARN, "default"),
     ({"NCCL_SHM_DISABLE": "1"}, "NCCL_SHM_DISABLE", Status.WARN, "default"),
+    # Read as NCCL reads them: strtoll for NCCL_PARAMs, strcasecmp for NCCL_NET, strcmp for levels.
+    ({"NCCL_IB_DISABLE": "0x1"}, "NCCL_IB_DISABLE", Status.FAIL, "default"),
+    ({"NCCL_IB_DISABLE": "2"}, "NCCL_IB_DISABLE", Status.FAIL, "default"),
+    ({"NCCL_IB_DISABLE": " 1"}, "NCCL_IB_DISABLE", Status.FAIL, "default"),
+    ({"NCCL_IB_DISABLE": "true"}, "NCCL_IB_DISABLE", Status.WARN, "default"),
+    ({"NCCL_IB_DISABLE": "yes"}, "NCCL_IB_DISABLE", Status.WARN, "dgx-h100"),
+    ({"NCCL_IB_DISABLE": ""}, "node", Status.PASS, "default"),
+    ({"NCCL_NET": "SOCKET"}, "NCCL_NET", Status.FAIL, "default"),
+    ({"NCCL_NET_GDR_LEVEL": "0"}, "NCCL_NET_GDR_LEVEL", Status.WARN, "default"),
+    ({"NCCL_NET_GDR_LEVEL": "loc"}, "node", Status.PASS, "default"),        # strcmp: NCCL ignores it
+    ({"NCCL_P2P_LEVEL": " 0"}, "node", Status.PASS, "default"),            # not a digit first: ignored
+    ({"NCCL_P2P_DISABLE": "2"}, "node", Status.PASS, "default"),           # only 1 disables
+    ({"NCCL_P2P_DISABLE": "4294967297"}, "NCCL_P2P_DISABLE", Status.WARN, "default"),   # (int) strtol: 1
+    ({"NCCL_SHM_DISABLE": "2"}, "node", Status.PASS, "default"),
 ])
 def test_settings_that_cripple_the_fabric(environ, subject, status, pack_name) -> None:
     finding = only(judged(dgx_h100(), environ, pack_name=pack_name), subject)
@@ -181,7 +204,10 @@ def test_gid_index_v1_warns_and_absent_fails() -> None:
     inventory = _with_gids(roce_node())
     assert only(judged(inventory, {"NCCL_IB_GID_INDEX": "0"}), "mlx5_0:1").status is Status.WARN
     assert [finding.status for finding in judged(inventory, {"NCCL_IB_GID_INDEX": "-1"})] == [Status.PASS]
-    assert only(judged(inventory, {"NCCL_IB_GID_INDEX": "three"}), "NCCL_IB_GID_INDEX").status is Status.FAIL
+    # NCCL's strtoll reads "three" as 0: a note on the setting, and GID 0 (RoCE v1) judged on each port.
+    findings = judged(inventory, {"NCCL_IB_GID_INDEX": "three"})
+    assert only(findings, "NCCL_IB_GID_INDEX").status is Status.WARN and "as 0" in only(findings, "NCCL_IB_GID_INDEX").summary
+    assert only(findings, "mlx5_0:1").status is Status.WARN and "RoCE v1" in only(findings, "mlx5_0:1").summary
 
 
 def test_gid_table_not_read_is_unknown() -> None:
@@ -220,3 +246,137 @@ def test_an_old_snapshot_without_nccl_env_is_unknown_not_a_guess() -> None:
     finding = json.loads(result.stdout)["findings"][0]
     assert finding["status"] == "unknown" and "not recorded" in finding["summary"]
 
+
+
+# -- integers as NCCL's strtoll reads them ------------------------------------------------------
+
+# (text, NCCL_PARAM value (None: NCCL's default), (int) strtol) as glibc 2.36 computes them (a C
+# program calling strtoll/strtol on each text, run while writing this test).
+@pytest.mark.parametrize(("text", "param", "c_int"), [
+    ("true", 0, 0), ("1abc", 1, 1), (" 2", 2, 2), ("0x1", 1, 1), ("0x", 0, 0), ("08", 0, 0), ("010", 8, 8),
+    ("-1", -1, -1), ("  ", 0, 0), ("99999999999999999999", None, -1), ("+5", 5, 5), ("0xg", 0, 0),
+    ("\v3", 3, 3), ("1.5", 1, 1), ("4294967297", 4294967297, 1), ("", None, 0),
+])
+def test_integers_read_as_glibc_strtoll(text: str, param: int | None, c_int: int) -> None:
+    assert (nccl_integer(text), nccl_c_int(text)) == (param, c_int)
+
+
+def test_path_levels_as_ncclgetlevel_reads_them() -> None:
+    assert [nccl_path_level(text) for text in ("LOC", "loc", "0", "1", "7", " 0", "SYS", "PXN", "x")] == [
+        "LOC", None, "LOC", "PIX", "SYS", None, "SYS", "PXN", None]
+
+
+def test_ib_disable_true_says_how_nccl_reads_it() -> None:
+    finding = only(judged(dgx_h100(), {"NCCL_IB_DISABLE": "true"}), "NCCL_IB_DISABLE")
+    assert finding.status is Status.WARN
+    assert finding.summary.startswith("NCCL reads NCCL_IB_DISABLE='true' as 0: InfiniBand/RoCE stays on; write 0 or 1")
+    assert finding.evidence["read_as"] == 0
+
+
+# -- NCCL_SOCKET_IFNAME needs an address -----------------------------------------------------------
+
+def _addressed(inventory, **addresses):
+    """Every netdev's addresses as `ip -j address show` gave them (default: an IPv4 and a link-local)."""
+    inventory.netdevs = [replace(netdev, addresses=tuple(addresses.get(netdev.name, ("10.1.0.7/16", "fe80::1/64"))))
+                         for netdev in inventory.netdevs]
+    return inventory
+
+
+def test_socket_ifname_up_without_address_fails() -> None:
+    inventory = dgx_h100()
+    name = inventory.netdevs[0].name
+    findings = judged(_addressed(inventory, **{name: ()}), {"NCCL_SOCKET_IFNAME": f"={name}"})
+    finding = only(findings, "NCCL_SOCKET_IFNAME")
+    assert finding.status is Status.FAIL and "no IPv4 or IPv6 address" in finding.summary
+    assert name in finding.remedy
+
+
+def test_socket_ifname_with_an_address_passes_and_addresses_not_read_judge_only_the_state() -> None:
+    inventory = dgx_h100()
+    name = inventory.netdevs[0].name
+    assert [f.status for f in judged(_addressed(inventory), {"NCCL_SOCKET_IFNAME": f"={name}"})] == [Status.PASS]
+    # A snapshot without ip-j-addr (addresses None): up is all that is judged.
+    assert [f.status for f in judged(dgx_h100(), {"NCCL_SOCKET_IFNAME": f"={name}"})] == [Status.PASS]
+
+
+def test_socket_ifname_prefix_uses_any_interface_with_an_address() -> None:
+    inventory = dgx_h100()
+    first, second = inventory.netdevs[0].name, inventory.netdevs[1].name
+    prefix = first[:2]
+    assert second.startswith(prefix)
+    findings = judged(_addressed(inventory, **{first: ()}), {"NCCL_SOCKET_IFNAME": prefix})
+    assert [f.status for f in findings] == [Status.PASS]
+
+
+def test_socket_ifname_link_local_only_warns_and_the_family_is_honoured() -> None:
+    inventory = dgx_h100()
+    name = inventory.netdevs[0].name
+    finding = only(judged(_addressed(inventory, **{name: ("fe80::a288:c2ff:fe12:d133/64",)}),
+                          {"NCCL_SOCKET_IFNAME": f"={name}"}), "NCCL_SOCKET_IFNAME")
+    assert finding.status is Status.WARN and "link-local" in finding.summary
+    inventory = _addressed(dgx_h100(), **{name: ("10.1.0.7/16",)})
+    finding = only(judged(inventory, {"NCCL_SOCKET_IFNAME": f"={name}", "NCCL_SOCKET_FAMILY": "AF_INET6"}),
+                   "NCCL_SOCKET_IFNAME")
+    assert finding.status is Status.FAIL and "no IPv6 address" in finding.summary
+
+
+def test_socket_ifname_as_nccl_matches_it() -> None:
+    inventory = _addressed(dgx_h100())
+    name = inventory.netdevs[0].name
+    # One character: NCCL ignores the setting and picks interfaces itself.
+    assert [f.status for f in judged(inventory, {"NCCL_SOCKET_IFNAME": "x"})] == [Status.PASS]
+    # strncmp: case matters; `=` wants the whole name.
+    assert only(judged(inventory, {"NCCL_SOCKET_IFNAME": name.upper()}), "NCCL_SOCKET_IFNAME").status is Status.FAIL
+    assert only(judged(inventory, {"NCCL_SOCKET_IFNAME": f"={name[:-1]}"}), "NCCL_SOCKET_IFNAME").status is Status.FAIL
+    # `^` excludes: everything but the named interface, which still leaves the others.
+    assert [f.status for f in judged(inventory, {"NCCL_SOCKET_IFNAME": f"^{name}"})] == [Status.PASS]
+
+
+# A real `ip -j address show` (iproute2 6.1, the development container this test was written on).
+IP_J_ADDR = (
+    '[{"ifindex":1,"ifname":"lo","flags":["LOOPBACK","UP","LOWER_UP"],"mtu":65536,"qdisc":"noqueue","operstate":"UNKNOWN",'
+    '"group":"default","txqlen":1000,"link_type":"loopback","address":"00:00:00:00:00:00","broadcast":"00:00:00:00:00:00",'
+    '"addr_info":[{"family":"inet","local":"127.0.0.1","prefixlen":8,"scope":"host","label":"lo","valid_life_time":4294967295,'
+    '"preferred_life_time":4294967295},{"family":"inet6","local":"::1","prefixlen":128,"scope":"host",'
+    '"valid_life_time":4294967295,"preferred_life_time":4294967295}]},{"ifindex":2,"ifname":"ifb0","flags":["BROADCAST",'
+    '"NOARP"],"mtu":1500,"qdisc":"noop","operstate":"DOWN","group":"default","txqlen":32,"link_type":"ether",'
+    '"address":"ae:47:18:cb:17:d8","broadcast":"ff:ff:ff:ff:ff:ff","addr_info":[]},{"ifindex":4,"ifname":"eth0",'
+    '"flags":["BROADCAST","MULTICAST","UP","LOWER_UP"],"mtu":1400,"qdisc":"pfifo_fast","operstate":"UP","group":"default",'
+    '"txqlen":1000,"link_type":"ether","address":"02:fc:00:00:00:01","broadcast":"ff:ff:ff:ff:ff:ff","addr_info":[{'
+    '"family":"inet","local":"192.0.2.2","prefixlen":24,"broadcast":"192.0.2.255","scope":"global","label":"eth0",'
+    '"valid_life_time":4294967295,"preferred_life_time":4294967295},{"family":"inet6","local":"fd00::2","prefixlen":64,'
+    '"scope":"global","nodad":true,"valid_life_time":4294967295,"preferred_life_time":4294967295},{"family":"inet6",'
+    '"local":"fe80::fc:ff:fe00:1","prefixlen":64,"scope":"link","valid_life_time":4294967295,'
+    '"preferred_life_time":4294967295}]}]\n')
+
+
+def test_ip_addr_parser_reads_a_real_capture() -> None:
+    interfaces = parse_ip_addr_json(IP_J_ADDR)
+    assert {name: (entry.operstate, entry.addresses) for name, entry in interfaces.items()} == {
+        "lo": ("unknown", ("127.0.0.1/8", "::1/128")), "ifb0": ("down", ()),
+        "eth0": ("up", ("192.0.2.2/24", "fd00::2/64", "fe80::fc:ff:fe00:1/64"))}
+    assert interfaces["eth0"].flags == ("BROADCAST", "MULTICAST", "UP", "LOWER_UP")
+
+
+@pytest.mark.parametrize("text", ["", "{}", "not json", '[{"no": "name"}]'])
+def test_ip_addr_parser_rejects_what_is_not_its_output(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_ip_addr_json(text)
+
+
+def test_ip_addr_parser_skips_bad_entries() -> None:
+    text = ('[{"ifname":"eth0","operstate":"UP","addr_info":[{"family":"inet","local":"300.1.1.1","prefixlen":24},'
+            '{"family":"inet","local":"10.0.0.1","prefixlen":"24"},{"family":"link","local":"x"},'
+            '{"family":"inet6","local":"fe80::1","prefixlen":64}]},"junk",{"ifname":""}]')
+    assert parse_ip_addr_json(text)["eth0"].addresses == ("fe80::1/64",)
+
+
+def test_snapshot_addresses_reach_the_netdevs() -> None:
+    from netdoctor.host.snapshot import open_snapshot
+    from netdoctor.inventory.build import build_inventory
+
+    with open_snapshot(FIXTURES / "dgx-h100-nccl-ifname-no-address") as source:
+        inventory = build_inventory(source)
+    assert inventory.netdev("ibp24s0").addresses == ()
+    assert inventory.netdev("ibp64s0").addresses[0].startswith("10.")
+    assert inventory.source("ip-j-addr").state.value == "ok"

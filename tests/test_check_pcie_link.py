@@ -1,8 +1,12 @@
-"""pcie-link: GPU and NIC PCIe links against their maximum, with idle-GPU power saving allowed."""
+"""pcie-link: GPU and NIC PCIe links against their maximum, with idle-GPU power saving allowed.
+
+A GPU's link speed is judged only against its own evidence of load (NVML utilization at
+capture), never its P-state: Hopper idles in P0."""
 
 from __future__ import annotations
 
 import pytest
+import structlog.testing
 
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory, SourceState, SourceStatus
@@ -17,6 +21,7 @@ from inventory_factory import (
     ib_hca,
     pcie_link as link,
     run_check,
+    site_pack,
 )
 
 CHECK = "pcie-link"
@@ -43,39 +48,86 @@ def test_healthy_dgx_passes_every_gpu_and_nic() -> None:
     assert list(findings)[8:] == [*NIC_ADDRESSES, "0000:c0:00.0"]
 
 
+def gpu_at(index: int, gen: int, width: int = 16, *, pstate: int | None = 0, utilization: int | None = 0):
+    item = gpu(index, pstate=pstate, pcie=link(GPU_ADDRESSES[index], gen, width, source="nvml"))
+    item.utilization_gpu = utilization
+    return item
+
+
 def test_idle_gpu_at_lower_gen_is_power_saving() -> None:
-    idle = gpu(2, pstate=8, pcie=link(GPU_ADDRESSES[2], 1, 16, source="nvml"))
-    inventory = dgx_h100(storage="cx7-ib", gpus=[gpu(0), gpu(1), idle])
+    inventory = dgx_h100(storage="cx7-ib", gpus=[gpu(0), gpu(1), gpu_at(2, 1, pstate=8, utilization=0)])
     finding = only(run(inventory), "GPU2")
     assert finding.status is Status.PASS
-    assert "power saving" in finding.summary and "P8" in finding.summary
-    assert finding.evidence["current_gen"] == 1 and finding.evidence["performance_state"] == 8
+    assert finding.summary.startswith("Gen1 x16 (max Gen5 x16); Gen1 of Gen5 is power saving (retrains to Gen5 "
+                                      "under load): idle (0 % utilization)")
+    assert finding.evidence["current_gen"] == 1 and finding.evidence["utilization_gpu"] == 0
+    assert finding.evidence["performance_state"] == 8
+
+
+def test_idle_gpu_in_p0_at_gen1_passes_even_under_the_dgx_pack() -> None:
+    # The false drain of issue 22: an idle H100 sits in P0 with its link at Gen1.
+    inventory = dgx_h100(storage="cx7-ib", gpus=[gpu_at(index, 1, pstate=0, utilization=0) for index in range(8)])
+    findings = run(inventory, "dgx-h100")
+    for index in range(8):
+        finding = only(findings, f"GPU{index}")
+        assert finding.status is Status.PASS, finding
+        assert "power saving" in finding.summary and "idle (0 % utilization)" in finding.summary
 
 
 def test_busy_gpu_at_lower_gen_warns_by_default_and_fails_on_dgx() -> None:
-    busy = gpu(2, pstate=0, pcie=link(GPU_ADDRESSES[2], 4, 16, source="nvml"))
-    inventory = dgx_h100(storage="cx7-ib", gpus=[gpu(0), busy])
+    inventory = dgx_h100(storage="cx7-ib", gpus=[gpu(0), gpu_at(2, 4, pstate=0, utilization=95)])
     finding = only(run(inventory), "GPU2")
     assert finding.status is Status.WARN
-    assert finding.summary == "PCIe link runs at Gen4 of Gen5 while busy (P0)"
+    assert finding.summary == "PCIe link runs at Gen4 of Gen5 while busy (95 % utilization)"
     assert finding.rule == "gpu_low_speed_severity" and finding.remedy
+    assert finding.evidence["utilization_gpu"] == 95
     assert only(run(inventory, "dgx-h100"), "GPU2").status is Status.FAIL
 
 
+def test_busy_is_the_packs_utilization_threshold_not_the_pstate() -> None:
+    just_below = dgx_h100(storage="cx7-ib", gpus=[gpu_at(2, 4, pstate=0, utilization=19)])
+    assert only(run(just_below, "dgx-h100"), "GPU2").status is Status.PASS
+    at_threshold = dgx_h100(storage="cx7-ib", gpus=[gpu_at(2, 4, pstate=8, utilization=20)])
+    assert only(run(at_threshold, "dgx-h100"), "GPU2").status is Status.FAIL
+    stricter = run(just_below, "dgx-h100", busy_min_utilization=10)
+    assert only(stricter, "GPU2").status is Status.FAIL
+
+
 def test_narrow_gpu_link_fails_even_when_idle() -> None:
-    narrow = gpu(5, pstate=8, pcie=link(GPU_ADDRESSES[5], 1, 8, source="nvml"))
+    narrow = gpu_at(5, 1, 8, pstate=8, utilization=0)
     finding = only(run(dgx_h100(storage="cx7-ib", gpus=[narrow])), "GPU5")
     assert finding.status is Status.FAIL
     assert finding.rule == "low_width_severity"
-    assert finding.summary.startswith("PCIe link runs at x8 of x16")
+    # The lower speed of the idle GPU is power saving: only the lanes are named.
+    assert finding.summary == "PCIe link runs at x8 of x16 (lanes lost: never power saving)"
     assert finding.evidence["current_width"] == 8 and finding.evidence["max_width"] == 16
 
 
-def test_unknown_pstate_at_lower_gen_is_unknown() -> None:
-    mystery = gpu(1, pstate=None, pcie=link(GPU_ADDRESSES[1], 3, 16, source="nvml"))
-    finding = only(run(dgx_h100(storage="cx7-ib", gpus=[mystery])), "GPU1")
-    assert finding.status is Status.UNKNOWN
-    assert "P-state is unknown" in finding.summary
+def test_unknown_load_at_lower_gen_is_power_saving_with_the_reason() -> None:
+    mystery = gpu_at(1, 3, pstate=None, utilization=None)
+    finding = only(run(dgx_h100(storage="cx7-ib", gpus=[mystery]), "dgx-h100"), "GPU1")
+    assert finding.status is Status.PASS
+    assert ("Gen3 of Gen5 is power saving (retrains to Gen5 under load); utilization unknown, so no evidence "
+            "of load") in finding.summary
+
+
+def test_a_site_pack_setting_the_retired_pstate_keys_still_loads(tmp_path) -> None:
+    with structlog.testing.capture_logs() as logs:
+        site = site_pack(tmp_path, "dgx-h100", "[pcie-link]\npower_saving_min_pstate = 8\n"
+                                               "unknown_pstate_severity = \"warn\"\n")
+    assert "power_saving_min_pstate" not in site.data["pcie-link"]
+    assert "unknown_pstate_severity" not in site.data["pcie-link"]
+    deprecated = [entry for entry in logs if entry["event"] == "deprecated rule setting ignored"]
+    assert [entry["setting"] for entry in deprecated] == ["[pcie-link] power_saving_min_pstate",
+                                                          "[pcie-link] unknown_pstate_severity"]
+    assert deprecated[0]["log_level"] == "warning" and "utilization" in deprecated[0]["why"]
+    own = tmp_path / "old-site.toml"
+    own.write_text('[pack]\nname = "old-site"\nextends = "dgx-h100"\n\n[pcie-link]\npower_saving_min_pstate = 1\n')
+    from netdoctor.packs.load import load_pack
+    assert "power_saving_min_pstate" not in load_pack(own, "test", env={}).data["pcie-link"]
+    # Any other unknown key is still a typo the loader refuses.
+    with pytest.raises(RulesError, match="power_saving_min_psate"):
+        site_pack(tmp_path, "dgx-h100", "[pcie-link]\npower_saving_min_psate = 8\n")
 
 
 def test_nvml_preferred_over_sysfs_and_conflict_kept() -> None:
@@ -172,6 +224,6 @@ def test_virtual_function_is_judged_through_its_physical_function() -> None:
 
 
 def test_bad_status_value_in_pack_is_a_rules_error() -> None:
-    busy = gpu(2, pstate=0, pcie=link(GPU_ADDRESSES[2], 4, 16, source="nvml"))
+    busy = gpu_at(2, 4, pstate=0, utilization=95)
     with pytest.raises(RulesError, match="gpu_low_speed_severity"):
         run(dgx_h100(storage="cx7-ib", gpus=[busy]), gpu_low_speed_severity="critical")

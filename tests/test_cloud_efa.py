@@ -34,7 +34,7 @@ from netdoctor.checks.needs import gate, need_counters, need_rdma
 from netdoctor.cli import run_cli
 from netdoctor.inventory import queries
 from netdoctor.inventory.hardware import ca_type_from_part_id, efa_generation, is_efa, is_efa_function
-from netdoctor.inventory.model import Hca, Inventory, LinkLayer, LinkRate, PeerMemory, PhysState, PortState
+from netdoctor.inventory.model import Dmi, Hca, Inventory, LinkLayer, LinkRate, PeerMemory, PhysState, PortState
 from netdoctor.packs import load_rules
 from netdoctor.parsers import sysfs_values
 from netdoctor.parsers.nccl import parse_nccl_log
@@ -238,7 +238,9 @@ def test_a100_with_4_efa_selects_aws_p4d() -> None:
 
 
 def test_dgx_h100_still_selects_dgx_h100() -> None:
-    assert selected(dgx_h100()) == "dgx-h100"
+    inventory = dgx_h100()
+    inventory.dmi = Dmi("NVIDIA", "DGXH100")     # the dgx-h100 pack is for 8-GPU platforms (DMI or NVSwitches)
+    assert selected(inventory) == "dgx-h100"
 
 
 def test_p5_that_lost_three_devices_still_selects_aws_p5() -> None:

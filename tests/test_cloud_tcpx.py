@@ -19,7 +19,7 @@ import pytest
 from inventory_factory import dgx_h100, only, run_check
 from netdoctor.cli import run_cli
 from netdoctor.inventory import queries
-from netdoctor.inventory.model import Inventory, Netdev
+from netdoctor.inventory.model import Dmi, Inventory, Netdev
 from netdoctor.packs import load_rules
 from netdoctor.parsers.nccl import parse_nccl_log
 from netdoctor.parsers.nccl_env import nccl_settings
@@ -165,7 +165,9 @@ def test_a3_high_that_lost_a_gpu_nic_still_selects_gcp_a3_high(a3: Inventory) ->
 
 
 def test_dgx_h100_selects_neither_gcp_pack() -> None:
-    assert selected(dgx_h100()) == "dgx-h100"
+    inventory = dgx_h100()
+    inventory.dmi = Dmi("NVIDIA", "DGXH100")     # the dgx-h100 pack is for 8-GPU platforms (DMI or NVSwitches)
+    assert selected(inventory) == "dgx-h100"
 
 
 def test_h100_node_without_gpu_nics_selects_neither_gcp_pack(a3: Inventory) -> None:

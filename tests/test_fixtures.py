@@ -33,7 +33,7 @@ NAMES = sorted(INDEX)
 # The checks, plus `discovery`: a source that hung is reported (what the checks judged without).
 CHECK_IDS = {"port-state", "link-speed", "pcie-link", "error-counters", "mtu", "pfc-ecn", "gpudirect",
              "gpu-nic-affinity", "nccl-probe", "discovery", "nvlink", "nvswitch-fabric", "kernel-events", "pcie-p2p-path",
-             "transceiver", "nccl-env"}
+             "transceiver", "nccl-env", "gpu-health", "inventory", "gpu-driver"}
 LANE_GBPS = {"SDR": 2.5, "DDR": 5, "QDR": 10, "FDR10": 10, "FDR": 14, "EDR": 25, "HDR": 50, "NDR": 100, "XDR": 200}
 PCIE_GEN = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
 IB_MTUS = (256, 512, 1024, 2048, 4096)
@@ -182,15 +182,17 @@ PERFQUERY_NAMES = {
 def test_index_lists_exactly_the_fixture_directories() -> None:
     directories = sorted(path.name for path in NODES.iterdir() if path.is_dir())
     assert directories == NAMES
-    assert len(NAMES) == 47
+    assert len(NAMES) == 71
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_index_entry_is_well_formed(name: str) -> None:
     entry = INDEX[name]
-    assert entry["class"] in {"dgx-h100", "hgx-a100", "roce-h100", "pcie-only", "cpu-node", "aws-p5", "gcp-a3-high"}
+    assert entry["class"] in {"dgx-h100", "hgx-a100", "roce-h100", "pcie-only", "cpu-node", "aws-p5", "gcp-a3-high",
+                              "h100-nvl"}
     assert (entry["fault"] == "none") == (name == entry["class"])
-    assert entry["rules"] == {"roce-h100": "roce", "cpu-node": "default"}.get(entry["class"], entry["class"])
+    assert entry["rules"] == {"roce-h100": "roce", "cpu-node": "default", "h100-nvl": "default"}.get(entry["class"],
+                                                                                                     entry["class"])
     for key in ("expect", "expect_with_baseline"):
         if key not in entry:
             continue
@@ -207,7 +209,14 @@ def test_index_entry_is_well_formed(name: str) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_snapshot_json(name: str) -> None:
     meta = json.loads(read(NODES / name, "snapshot.json"))
-    assert set(meta) == {"format", "host", "captured_at", "netdoctor", "boot_id"}
+    # `visibility` (what hid GPUs from the capturing process) only where a capture was constrained.
+    assert set(meta) - {"visibility"} == {"format", "host", "captured_at", "netdoctor", "boot_id"}
+    if "visibility" in meta:
+        assert set(meta["visibility"]) == {"cuda_visible_devices", "nvidia_visible_devices", "slurm_job_id",
+                                           "slurm_step_id", "kubernetes_service_host", "slurm_gpus", "container",
+                                           "cgroup", "device_nodes"}
+        # One device-node state per GPU on the bus: the evidence that a GPU is hidden on purpose.
+        assert set(meta["visibility"]["device_nodes"].values()) <= {"ok", "absent", "denied", "unknown"}
     assert meta["format"] == "netdoctor.snapshot/1"
     assert meta["host"] == INDEX[name]["host"]
     assert meta["netdoctor"] == "0.1.0"
@@ -220,6 +229,7 @@ def test_counter_pairs_share_boot_and_are_600_seconds_apart() -> None:
     assert sorted(pairs) == [("aws-p5-efa-retrans-b", "aws-p5-efa-retrans-a"),
                              ("dgx-h100-link-downed-b", "dgx-h100-link-downed-a"),
                              ("dgx-h100-nvlink-replay-b", "dgx-h100-nvlink-replay-a"),
+                             ("dgx-h100-nvlink-replay-slow-growth-b", "dgx-h100-nvlink-replay-slow-growth-a"),
                              ("dgx-h100-symbol-errors-b", "dgx-h100-symbol-errors-a")]
     for later, earlier in pairs:
         meta_later = json.loads(read(NODES / later, "snapshot.json"))
@@ -246,7 +256,7 @@ def rdma_counters(root: Path) -> dict[str, int]:
 COMMAND_NAME = re.compile(r"nvidia-smi-topo-m|ibstat|ibv_devinfo-v|iblinkinfo|ibdev2netdev|"
                           r"perfquery-x-[\w]+-\d+|mlnx_qos-[\w.-]+|systemctl-show-nvidia-(?:fabricmanager|imex)|dmesg|nvidia-smi-nvlink-s|"
                           r"lspci-vvv|mlxlink-m-\w+|ethtool-m-[\w.-]+|smpquery-node(?:info|desc)-\w+-\d+|"
-                          r"lldpctl-json|ofed_info-s|nv-fabricmanager-version|fi_info-p-efa|fi_info-version")
+                          r"lldpctl-json|ofed_info-s|nv-fabricmanager-version|fi_info-p-efa|fi_info-version|ip-j-addr")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -304,7 +314,7 @@ SYS_RULES: list[tuple[str, str]] = [
     (rf"{FUNCTION}/net/{IF}/ifindex", r"\d+"),
     (rf"{FUNCTION}/p2p", r"NVIDIA"),                      # the efa driver's peer-direct providers (efa_sysfs.c)
     (r"kernel/iommu_groups/\d+/type", r"identity|DMA|DMA-FQ|blocked|unmanaged"),
-    (r"class/dmi/id/(sys_vendor|product_name)", r"[\w .,-]+"),
+    (r"class/dmi/id/(sys_vendor|product_name|board_vendor|board_name)", r"[\w .,-]+"),
     (rf"class/net/{IF}/(mtu|ifindex|type)", r"\d+"),
     (rf"class/net/{IF}/speed", r"-1|\d+"),
     (rf"class/net/{IF}/operstate", r"up|down|unknown|dormant|lowerlayerdown|notpresent|testing"),
@@ -764,16 +774,24 @@ def test_nics_share_the_numa_node_of_the_gpus_beside_them(name: str) -> None:
 CHANGED: dict[str, list[str]] = {
     "dgx-h100-port-hdr": ["commands/mlxlink-m-mlx5_5.out", "commands/iblinkinfo.out", "commands/ibstat.out", "commands/ibv_devinfo-v.out",
                           "sys/class/infiniband/mlx5_5/ports/1/rate", "sys/class/net/ibp94s0/speed"],
-    "dgx-h100-port-down": ["commands/mlxlink-m-mlx5_4.out", "commands/ibdev2netdev.out", "commands/iblinkinfo.out", "commands/ibstat.out",
+    "dgx-h100-port-down": ["commands/ip-j-addr.out", "commands/mlxlink-m-mlx5_4.out", "commands/ibdev2netdev.out", "commands/iblinkinfo.out", "commands/ibstat.out",
                            "commands/ibv_devinfo-v.out", "commands/perfquery-x-mlx5_4-1.*", "commands/smpquery-node*-mlx5_4-1.*",
                            "sys/class/infiniband/mlx5_4/ports/1/*state", "sys/class/infiniband/mlx5_4/ports/1/rate",
                            "sys/class/net/ibp79s0/operstate", "sys/class/net/ibp79s0/speed"],
-    "dgx-h100-mtu-2048": ["commands/ibv_devinfo-v.out", "sys/class/net/ibp*/mtu"],
+    "dgx-h100-mtu-2048": ["commands/ibv_devinfo-v.out", "sys/class/net/ibp*/mtu", "commands/ip-j-addr.out"],
     "dgx-h100-no-peermem": ["nvml.json", "sys/module/nvidia_peermem/initstate"],
     # The NIC moves to the other socket: under another root port, so its bridges and IOMMU groups change too.
     "dgx-h100-gpu-sys-nic": ["commands/nvidia-smi-topo-m.out", "commands/lspci-vvv.out", "sys/devices/*",
                              "sys/bus/pci/devices/*", "sys/kernel/iommu_groups/*"],
     "dgx-h100-pcie-gen4-x8": ["nvml.json", "sys/devices/*/0000:52:00.0/current_link_*"],
+    "dgx-h100-row-remap-pending": ["nvml.json"],
+    "dgx-h100-row-remap-failure": ["nvml.json"],
+    "dgx-h100-ecc-volatile": ["nvml.json"],
+    "dgx-h100-ecc-contained": ["nvml.json"],
+    "dgx-h100-recovery-reboot": ["nvml.json"],
+    "dgx-h100-hw-slowdown-idle": ["nvml.json"],
+    "dgx-h100-idle-gen1": ["nvml.json", "sys/devices/*/current_link_speed"],
+    "dgx-h100-busy-gen4": ["nvml.json", "sys/devices/*/0000:52:00.0/current_link_speed"],
     "dgx-h100-acs-redirect": ["sys/devices/*/0000:4e:01.0/config", "commands/lspci-vvv.out"],
     "dgx-h100-acs-off-path": ["sys/devices/*/0000:28:00.0/config", "commands/lspci-vvv.out"],
     "dgx-h100-iommu-translated": ["sys/kernel/iommu_groups/*/type", "proc/cmdline", "commands/dmesg.out"],
@@ -783,8 +801,11 @@ CHANGED: dict[str, list[str]] = {
     "dgx-h100-nccl-prefix-trap": ["nccl-env.json"],
     "dgx-h100-nccl-no-interface": ["nccl-env.json"],
     "dgx-h100-nccl-ib-disabled": ["nccl-env.json"],
+    "dgx-h100-nccl-ib-disable-true": ["nccl-env.json"],
+    "dgx-h100-nccl-ifname-no-address": ["nccl-env.json", "commands/ip-j-addr.out"],
     "roce-h100-nccl-gid-no-address": [f"sys/class/infiniband/mlx5_2/ports/1/{kind}/{index}" for index in (2, 3)
-                                      for kind in ("gids", "gid_attrs/ndevs", "gid_attrs/types")],
+                                      for kind in ("gids", "gid_attrs/ndevs", "gid_attrs/types")]
+                                     + ["commands/ip-j-addr.out"],     # ens3np0 without its IPv4 address
     "dgx-h100-topo-timeout": ["commands/nvidia-smi-topo-m.*"],
     "dgx-h100-no-ibstat": ["commands/ibstat.*", "commands/iblinkinfo.*", "commands/perfquery-x-*", "commands/smpquery-*"],
     "dgx-h100-counters-saturated": ["commands/perfquery-x-mlx5_10-1.out",
@@ -796,7 +817,7 @@ CHANGED: dict[str, list[str]] = {
                                "sys/class/infiniband/mlx5_9/ports/1/counters/link_downed"],
     "roce-h100-no-pfc": ["commands/mlnx_qos-ens*np0.out"],
     "roce-h100-ecn-off": ["sys/class/net/ens*np0/ecn/roce_*/enable/3"],
-    "roce-h100-mtu-1500": ["commands/ibv_devinfo-v.out", "sys/class/net/ens3np0/mtu"],
+    "roce-h100-mtu-1500": ["commands/ibv_devinfo-v.out", "sys/class/net/ens3np0/mtu", "commands/ip-j-addr.out"],
     "dgx-h100-nvlinks-down": ["nvml.json", "commands/nvidia-smi-nvlink-s.out"],
     "dgx-h100-fabric-manager-failed": ["nvml.json", "commands/systemctl-show-nvidia-fabricmanager.out"],
     "dgx-h100-fabric-in-progress": ["nvml.json"],
@@ -804,6 +825,11 @@ CHANGED: dict[str, list[str]] = {
     "dgx-h100-xid-79": ["commands/dmesg.out"],
     "dgx-h100-xid-application": ["commands/dmesg.out"],
     "dgx-h100-xid-before-boot": ["commands/dmesg.out"],
+    "dgx-h100-xid-94": ["commands/dmesg.out", "nvml.json"],
+    "dgx-h100-xid-63": ["commands/dmesg.out"],
+    "dgx-h100-xid-109": ["commands/dmesg.out"],
+    "dgx-h100-xid-154-reboot": ["commands/dmesg.out", "nvml.json"],
+    "dgx-h100-xid-before-driver-reload": ["commands/dmesg.out"],
     "dgx-h100-link-flap": ["commands/dmesg.out"],
     # The functions stay on the bus (ids, config, place in the tree); the RDMA devices, the driver's
     # links and the efa sysfs file go, and the tools stop listing them.
@@ -822,9 +848,28 @@ CHANGED: dict[str, list[str]] = {
                                ("retrans_pkts", "retrans_bytes", "retrans_timeout_events",
                                 "impaired_remote_conn_events")],
 }
+# The inventory fixtures. GPU7 gone: from sysfs (its place under its switch, its IOMMU group) and from
+# every tool; its bridges stay (they lead to nothing). mlx5_ib not loaded: the RDMA devices, IPoIB
+# netdevs and per-device tools go, the functions get a driver link and mlx5_ib's module dir goes.
+# Inside a job: NVML and nvidia-smi see two GPUs, and snapshot.json says why (`visibility`).
+CHANGED.update({
+    "dgx-h100-7-gpus": ["nvml.json", "commands/nvidia-smi-topo-m.out", "commands/nvidia-smi-nvlink-s.out",
+                        "commands/lspci-vvv.out", "sys/devices/*/0000:db:01.0*", "sys/devices/*/0000:dc:00.0/iommu_group",
+                        "sys/bus/pci/devices/0000:d[bf]:0[01].0", "sys/kernel/iommu_groups/*"],
+    "dgx-h100-no-mlx5-ib": ["commands/*", "sys/class/infiniband/*", "sys/class/net/ibp*", "sys/devices/*/driver",
+                            "sys/devices/*/net/ibp*", "sys/bus/pci/drivers/mlx5_core/module",
+                            "sys/module/mlx5_ib/initstate"],
+    "dgx-h100-job-2-gpus": ["nvml.json", "commands/nvidia-smi-topo-m.out", "commands/nvidia-smi-nvlink-s.out"],
+    # From slurmd's Prolog: every device node opens, NVML lost GPU6 and GPU7 (snapshot.json says so).
+    "dgx-h100-prolog-6-gpus": ["nvml.json", "commands/nvidia-smi-topo-m.out", "commands/nvidia-smi-nvlink-s.out"],
+})
 CHANGED["dgx-h100-symbol-errors-b"] = CHANGED["dgx-h100-symbol-errors-a"]
 CHANGED["dgx-h100-link-downed-b"] = CHANGED["dgx-h100-link-downed-a"]
 CHANGED["dgx-h100-nvlink-replay-b"] = CHANGED["dgx-h100-nvlink-replay-a"]
+# NVLink replay counts on GPU5 link 9 (boot-fast is also captured 30 min after boot: snapshot.json, proc/uptime).
+for _name in ("dgx-h100-nvlink-replay-slow-growth-a", "dgx-h100-nvlink-replay-slow-growth-b",
+              "dgx-h100-nvlink-replay-boot-slow", "dgx-h100-nvlink-replay-boot-fast"):
+    CHANGED[_name] = ["nvml.json"]
 
 
 def tree(root: Path, host: str, base_host: str) -> dict[str, bytes]:

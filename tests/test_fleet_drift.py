@@ -251,3 +251,54 @@ def test_bad_pack_values_and_a_missing_since_fail_before_any_sweep(tmp_path, cap
     # No shell is started: the --since typo is reported at once.
     assert fleet_main(["sweep", "-w", "n[1-2]", "--via", "pdsh", "--since", str(tmp_path / "typo.json")]) == 3
     assert "typo.json" in capsys.readouterr().err
+
+
+# ---- `gpus`: the GPU count among nodes of one DMI product (CONTRACT 7.3) ----
+
+def with_platform(item: dict, product: object, gpus: int = 8, on_bus: object = None) -> dict:
+    item["fabric"]["gpus"] = gpus
+    item["fabric"]["product"] = product
+    if on_bus is not None:
+        item["fabric"]["gpus_on_bus"] = on_bus
+    return item
+
+
+def test_a_node_with_fewer_gpus_than_its_products_others_is_gpu_drift(tmp_path, capsys):
+    reports = [with_platform(report(f"node{index:03d}"), "DGXH100", on_bus=7 if index == 44 else 8)
+               for index in range(128)]
+    entries = [entry for entry in drifted(find_drift(summaries(reports))) if entry["what"] == "gpus"]
+    assert entries == [{"what": "gpus", "among": "DGXH100", "majority": "8", "minority": {"7": ["node044"]},
+                        "nodes": 128}]
+    for item in reports:
+        (tmp_path / f"{item['host']}.json").write_text(json.dumps(item))
+    assert fleet_main(["report", str(tmp_path)]) == 1
+    assert "gpus among DGXH100: node044 has 7 GPUs where 127 DGXH100 have 8" in capsys.readouterr().out
+
+
+def test_gpus_a_job_hides_from_the_sweep_still_count_from_the_bus():
+    """`fleet sweep --via srun` inside a job: NVML sees 2, the bus 8: no drift."""
+    reports = [with_platform(report(f"node{index:03d}"), "DGXH100", gpus=2 if index == 3 else 8, on_bus=8)
+               for index in range(6)]
+    assert not [entry for entry in drifted(find_drift(summaries(reports))) if entry["what"] == "gpus"]
+    # Without the bus count (an older report), NVML's count is what there is.
+    reports = [with_platform(report(f"node{index:03d}"), "DGXH100", gpus=7 if index == 3 else 8) for index in range(6)]
+    assert [entry["minority"] for entry in drifted(find_drift(summaries(reports))) if entry["what"] == "gpus"] \
+        == [{"7": ["node003"]}]
+
+
+def test_gpu_counts_of_different_products_or_no_product_are_not_compared():
+    reports = [with_platform(report(f"d{index:03d}"), "DGXH100", on_bus=8) for index in range(4)]
+    reports += [with_platform(report(f"x{index:03d}"), "PowerEdge XE9680", on_bus=4) for index in range(4)]
+    reports += [with_platform(report(f"n{index:03d}"), None, on_bus=3) for index in range(2)]
+    entries = [entry for entry in find_drift(summaries(reports)) if entry["what"] == "gpus"]
+    assert sorted((entry["among"], entry["majority"], entry["minority"]) for entry in entries) == [
+        ("DGXH100", "8", {}), ("PowerEdge XE9680", "4", {})]
+
+
+def test_hostile_products_and_counts_are_bounded_and_typed():
+    nodes = summaries([with_platform(report("node001"), "P" * 10_000, on_bus=-1),
+                       with_platform(report("node002"), ["DGXH100"], on_bus="8"),
+                       with_platform(report("node003"), "DGXH100", on_bus=1 << 40)])
+    assert nodes[0].platform == ("P" * 128, None)
+    assert nodes[1].platform is None
+    assert nodes[2].platform == ("DGXH100", None) and nodes[2].gpus == 8

@@ -43,6 +43,14 @@ class FakeGpu:
     replay_errors: dict[int, int] = field(default_factory=dict)   # link -> NVLink replay counter
     fabric_state: int | None = None    # nvmlGpuFabricState_t; None: fabric info not supported
     virtualization_mode: int = 0
+    ecc_enabled: bool = True
+    volatile_uncorrected: int = 0
+    remapped_rows: tuple[int, int, int, int] = (0, 0, 0, 0)   # correctable, uncorrectable, pending, failure
+    retired_pages: bool = False        # page retirement supported (before Ampere)
+    recovery_action: int | None = 0    # None: the driver has no such field
+    clocks_mask: int = 0x1             # GPU idle
+    utilization: int = 0
+    pcie_replays: int = 0
 
 
 class FabricInfoV(ctypes.Structure):
@@ -97,9 +105,30 @@ class FakeNvml:
             gpu(handle)
             return types.SimpleNamespace(busId=b"00000000:05:00.0" if link % 2 == 0 else b"FFFFFFFF:FF:FF.0")
 
-        def field_values(handle: Any, fields: list[tuple[int, int]]) -> list[Any]:
-            gpu(handle)
-            return [types.SimpleNamespace(nvmlReturn=0, value=types.SimpleNamespace(uiVal=26562)) for _ in fields]
+        def field_values(handle: Any, fields: list[Any]) -> list[Any]:
+            device = gpu(handle)
+            answers = []
+            for item in fields:
+                if item == 230:       # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+                    action = device.recovery_action
+                    answers.append(types.SimpleNamespace(nvmlReturn=3 if action is None else 0,
+                                                         value=types.SimpleNamespace(uiVal=action or 0)))
+                else:                 # (NVML_FI_DEV_NVLINK_GET_SPEED, link)
+                    answers.append(types.SimpleNamespace(nvmlReturn=0, value=types.SimpleNamespace(uiVal=26562)))
+            return answers
+
+        def retired(handle: Any, cause: int) -> list[int]:
+            if not gpu(handle).retired_pages:
+                raise NVMLError(3)
+            return [0x1000] * (cause + 1)
+
+        def retired_pending(handle: Any) -> int:
+            if not gpu(handle).retired_pages:
+                raise NVMLError(3)
+            return 0
+
+        def total_ecc(handle: Any, kind: int, counter: int) -> int:
+            return gpu(handle).volatile_uncorrected * (counter + 1)
 
         def fabric(handle: Any, reference: Any) -> None:
             state = gpu(handle).fabric_state
@@ -135,6 +164,14 @@ class FakeNvml:
         fake.nvmlDeviceGetGpuFabricInfoV = fabric
         fake.nvmlDeviceGetVbiosVersion = lambda handle: (gpu(handle), "96.00.89.00.01")[1]
         fake.nvmlDeviceGetVirtualizationMode = lambda handle: gpu(handle).virtualization_mode
+        fake.nvmlDeviceGetEccMode = lambda handle: [int(gpu(handle).ecc_enabled)] * 2
+        fake.nvmlDeviceGetTotalEccErrors = total_ecc
+        fake.nvmlDeviceGetRemappedRows = lambda handle: gpu(handle).remapped_rows
+        fake.nvmlDeviceGetRetiredPages = retired
+        fake.nvmlDeviceGetRetiredPagesPendingStatus = retired_pending
+        fake.nvmlDeviceGetCurrentClocksEventReasons = lambda handle: gpu(handle).clocks_mask
+        fake.nvmlDeviceGetUtilizationRates = lambda handle: types.SimpleNamespace(gpu=gpu(handle).utilization, memory=0)
+        fake.nvmlDeviceGetPcieReplayCounter = lambda handle: gpu(handle).pcie_replays
         return fake
 
 
@@ -171,6 +208,12 @@ def test_two_healthy_gpus_one_lost(tmp_path: Path) -> None:
                    "cluster_uuid": "01020304-0506-0708-090a-0b0c0d0e0f10"},
         "vbios_version": "96.00.89.00.01", "virtualization_mode": "passthrough",
         "performance_state": 8, "dmabuf_supported": True, "errors": {},
+        # CONTRACT 7.2: Hopper has row remapping, no page retirement (NOT_SUPPORTED: null, no error).
+        "memory": {"ecc_mode": "enabled", "volatile_uncorrected": 0, "aggregate_uncorrected": 0,
+                   "remapped_rows": {"correctable": 0, "uncorrectable": 0, "pending": False, "failure": False},
+                   "retired_pages": None},
+        "recovery_action": "none", "clocks_event_reasons": ["gpu_idle"], "utilization_gpu": 0,
+        "pcie_replay_counter": 0,
     }
     # CONTRACT 6.2: per link state, speed (MB/s), the far end's PCI address, the error counters.
     assert len(links) == 18 and links[17]["state"] == "inactive" and links[17]["remote_pci_bus_id"] is None
@@ -182,12 +225,41 @@ def test_two_healthy_gpus_one_lost(tmp_path: Path) -> None:
     assert second["fabric"]["state"] == "not_supported" and second["virtualization_mode"] == "none"
     assert second["dmabuf_supported"] is False
     assert lost["name"] is None and lost["pcie"]["cur_gen"] is None and lost["performance_state"] is None
+    assert report["device_count"] == 3
+    assert lost["memory"] is None and lost["recovery_action"] is None and lost["utilization_gpu"] is None
     assert lost["errors"]["name"] == "GPU is lost"
     assert lost["errors"]["pcie.max_width"] == "GPU is lost"
     assert lost["nvlink"] == {"active": None, "total": None, "version": None, "links": None}
     assert lost["errors"]["nvlink"].startswith("link 0: GPU is lost; link 1: GPU is lost")
     assert seen == ["0000:18:00.0", "0000:2a:00.0"]
     assert fake.calls == ["init", "shutdown"]
+
+
+def test_health_fields_of_a_sick_gpu() -> None:
+    """A pending remap, uncorrectable errors, a reboot the driver asks for, HW slowdown under
+    load, PCIe replays and page retirement on an older GPU: each read the way NVML gives it."""
+    fake = FakeNvml([
+        FakeGpu("NVIDIA H100 80GB HBM3", "GPU-a", "00000000:18:00.0", 0, volatile_uncorrected=2,
+                remapped_rows=(1, 2, 1, 0), recovery_action=2, clocks_mask=0x8 | 0x80, utilization=97,
+                pcie_replays=5),
+        FakeGpu("Tesla V100-SXM2-32GB", "GPU-b", "00000000:05:00.0", 0, retired_pages=True,
+                recovery_action=None, remapped_rows=()),
+        FakeGpu("NVIDIA H100 80GB HBM3", "GPU-c", "00000000:2A:00.0", 0, ecc_enabled=False, recovery_action=9),
+    ])
+    report, _status = collect_nvml(fake.module(), dmabuf_query=_no_dmabuf)
+    assert report is not None
+    sick, old, no_ecc = report["gpus"]
+    assert sick["memory"] == {"ecc_mode": "enabled", "volatile_uncorrected": 2, "aggregate_uncorrected": 4,
+                              "remapped_rows": {"correctable": 1, "uncorrectable": 2, "pending": True, "failure": False},
+                              "retired_pages": None}
+    assert sick["recovery_action"] == "node_reboot"
+    assert sick["clocks_event_reasons"] == ["hw_slowdown", "hw_power_brake_slowdown"]
+    assert (sick["utilization_gpu"], sick["pcie_replay_counter"]) == (97, 5)
+    assert old["memory"]["retired_pages"] == {"sbe": 1, "dbe": 2, "pending": False}
+    assert old["memory"]["remapped_rows"] is None and old["recovery_action"] is None
+    assert no_ecc["memory"]["ecc_mode"] == "disabled" and no_ecc["memory"]["volatile_uncorrected"] is None
+    assert no_ecc["recovery_action"] == "unknown_9"
+    assert all(gpu["errors"] == {} for gpu in report["gpus"])
 
 
 def test_no_driver() -> None:

@@ -23,7 +23,9 @@ CONTRACT_NAMES = {"nvidia-smi-topo-m", "ibstat", "ibv_devinfo-v", "iblinkinfo", 
                   "ofed_info-s", "nv-fabricmanager-version", "smpquery-nodeinfo-{dev}-{port}",
                   "smpquery-nodedesc-{dev}-{port}", "lldpctl-json",
                   # Issue 14 (cloud fabrics), named in the style of section 6.2
-                  "fi_info-p-efa", "fi_info-version"}
+                  "fi_info-p-efa", "fi_info-version",
+                  # CONTRACT 7.2
+                  "ip-j-addr"}
 # What host may import: itself and the small shared modules every layer uses.
 HOST_MAY_IMPORT = ("netdoctor.host", "netdoctor.util", "netdoctor.errors", "netdoctor.vocabulary", "netdoctor.logging")
 

@@ -171,3 +171,36 @@ def test_merge_keeps_the_first_value_and_records_each_difference(tmp_path: Path)
     draft.merge(port, {"rate": LinkRate(gbps=200.0, width=4)}, "ibstat", "mlx5_0:1")
     assert port.rate.gbps == 400.0 and draft.inventory.conflicts[-1].values == {"sysfs": port.rate.describe(),
                                                                                   "ibstat": LinkRate(gbps=200.0, width=4).describe()}
+
+
+def test_nvml_health_fields_are_joined_and_garbage_stays_unknown(tmp_path: Path) -> None:
+    """CONTRACT 7.2: memory, recovery action, clock reasons, utilization, PCIe replays and NVML's
+    device count reach the model; a value of the wrong type or range is None, never a crash."""
+    root = _snapshot(tmp_path / "snap")
+    health = {"memory": {"ecc_mode": "enabled", "volatile_uncorrected": 1, "aggregate_uncorrected": 3,
+                         "remapped_rows": {"correctable": 0, "uncorrectable": 1, "pending": True, "failure": False},
+                         "retired_pages": None},
+              "recovery_action": "gpu_reset", "clocks_event_reasons": ["gpu_idle", "hw_slowdown"],
+              "utilization_gpu": 12, "pcie_replay_counter": 4}
+    garbage = {"memory": {"ecc_mode": "maybe", "volatile_uncorrected": -1, "aggregate_uncorrected": "7",
+                          "remapped_rows": [1, 2], "retired_pages": {"sbe": True, "dbe": 2, "pending": "no"}},
+               "recovery_action": 2, "clocks_event_reasons": "hw_slowdown", "utilization_gpu": 140,
+               "pcie_replay_counter": -3}
+    (root / "nvml.json").write_text(json.dumps({"driver_version": "580.95.05", "device_count": 8, "gpus": [
+        {"index": 0, "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:18:00.0", **health},
+        {"index": 1, "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:2A:00.0", **garbage},
+        {"index": 2, "name": "NVIDIA H100 80GB HBM3", "pci_bus_id": "00000000:3A:00.0"}]}))
+    inventory = _build(root)
+    assert inventory.nvml_device_count == 8
+    sick, odd, old = inventory.gpus
+    assert sick.memory is not None and (sick.memory.volatile_uncorrected, sick.memory.aggregate_uncorrected) == (1, 3)
+    assert (sick.memory.remapped_uncorrectable, sick.memory.remap_pending, sick.memory.remap_failure) == (1, True, False)
+    assert sick.memory.retired_dbe is None and sick.recovery_action == "gpu_reset"
+    assert sick.clocks_event_reasons == ("gpu_idle", "hw_slowdown")
+    assert (sick.utilization_gpu, sick.pcie_replay_counter) == (12, 4)
+    assert odd.memory is not None and odd.memory.ecc_mode is None and odd.memory.volatile_uncorrected is None
+    assert odd.memory.aggregate_uncorrected is None and odd.memory.remap_pending is None
+    assert (odd.memory.retired_sbe, odd.memory.retired_dbe, odd.memory.retired_pending) == (None, 2, None)
+    assert (odd.recovery_action, odd.clocks_event_reasons, odd.utilization_gpu, odd.pcie_replay_counter) == (
+        None, None, None, None)
+    assert old.memory is None and old.recovery_action is None

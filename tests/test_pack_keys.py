@@ -216,20 +216,36 @@ def static_reads() -> dict[str, list[StaticRead]]:
     """`ctx.rule(KEY)` / `ctx.severity(KEY)` calls of each built-in check's module, by check id."""
     reads: dict[str, list[StaticRead]] = {}
     for check in builtin_checks():
-        module = check.function.__module__.rpartition(".")[2]
-        tree = ast.parse((PLUGINS / f"{module}.py").read_text(encoding="utf-8"))
         found = reads.setdefault(check.id, [])
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr in ("rule", "severity") and isinstance(node.func.value, ast.Name)
-                    and node.func.value.id == "ctx" and node.args):
-                continue
-            key = node.args[0]
-            if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                found.append(StaticRead(module, node.lineno, key.value))
-            elif isinstance(key, ast.JoinedStr):
-                found.append(StaticRead(module, node.lineno, None, _key_pattern(key)))
+        for module, tree in _check_modules(check.function.__module__.rpartition(".")[2]):
+            found.extend(_reads_in(module, tree))
     return reads
+
+
+def _check_modules(module: str) -> list[tuple[str, ast.Module]]:
+    """The check's module and the helper modules of plugins/ it imports (its `ctx` reads may
+    live there: netdoctor_plugins.xid_catalog, nccl_env_socket)."""
+    tree = ast.parse((PLUGINS / f"{module}.py").read_text(encoding="utf-8"))
+    helpers = sorted({node.module.rpartition(".")[2] for node in ast.walk(tree)
+                      if isinstance(node, ast.ImportFrom) and node.module
+                      and node.module.startswith("netdoctor_plugins.")})
+    return [(module, tree)] + [(name, ast.parse((PLUGINS / f"{name}.py").read_text(encoding="utf-8")))
+                               for name in helpers if name != module]
+
+
+def _reads_in(module: str, tree: ast.Module) -> list[StaticRead]:
+    found: list[StaticRead] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("rule", "severity") and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "ctx" and node.args):
+            continue
+        key = node.args[0]
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            found.append(StaticRead(module, node.lineno, key.value))
+        elif isinstance(key, ast.JoinedStr):
+            found.append(StaticRead(module, node.lineno, None, _key_pattern(key)))
+    return found
 
 
 def test_every_key_a_check_reads_is_in_the_default_pack(recorded_reads: dict[str, set[str]]) -> None:

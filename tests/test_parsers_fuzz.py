@@ -38,6 +38,7 @@ from netdoctor.parsers.perftest import parse_perftest_bw
 from netdoctor.parsers.nvidia_smi_nvlink import parse_nvidia_smi_nvlink_status
 from netdoctor.parsers.systemctl import parse_systemctl_show
 from netdoctor.parsers.lspci import parse_lspci_vvv
+from netdoctor.parsers.ip_addr import parse_ip_addr_json
 from netdoctor.parsers.lldpctl import parse_lldpctl_json
 from netdoctor.parsers.smpquery import parse_smpquery_nodedesc, parse_smpquery_nodeinfo
 from netdoctor.parsers.versions import parse_fabricmanager_version, parse_ofed_info
@@ -92,6 +93,7 @@ PARSERS: dict[str, tuple[Callable[[str], Any], list[str]]] = {
     "smpquery-nodeinfo": (parse_smpquery_nodeinfo, _samples("smpquery", lambda name: "-nd-" not in name)),
     "smpquery-nodedesc": (parse_smpquery_nodedesc, _samples("smpquery", lambda name: "-nd-" in name)),
     "lldpctl-json": (parse_lldpctl_json, _samples("lldpctl")),
+    "ip-j-addr": (parse_ip_addr_json, _samples("ip-addr")),
     "ofed_info": (parse_ofed_info, _samples("ofed_info")),
     "nv-fabricmanager": (parse_fabricmanager_version, _samples("nv-fabricmanager")),
     # libfabric on AWS EFA: the providers it sees, and its version (one real `--version` capture).

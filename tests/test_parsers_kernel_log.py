@@ -1,4 +1,5 @@
-"""The kernel log parser: Xid, SXid, link and AER lines in the three time formats."""
+"""The kernel log parser: Xid, SXid, link, AER and NVIDIA driver load lines in the three time
+formats, and the recovery action an Xid 154 names."""
 
 from __future__ import annotations
 
@@ -8,18 +9,20 @@ from pathlib import Path
 import pytest
 
 from netdoctor.errors import NothingToParse, ParseError
-from netdoctor.parsers.kernel_log import parse_kernel_log
+from netdoctor.parsers.kernel_log import parse_kernel_log, recovery_action
 from netdoctor.vocabulary import KernelEventKind
 
 DEVICE = Path(__file__).parent / "data" / "device" / "nvidia-h200-x2" / "raw-fabric"
 
 
-def test_a_real_healthy_h200_boot_log_has_no_events_and_reaches_back_to_boot() -> None:
+def test_a_real_healthy_h200_boot_log_has_only_the_driver_load_and_reaches_back_to_boot() -> None:
     for name in ("dmesg.out", "dmesg-plain.out"):
         parsed = parse_kernel_log((DEVICE / name).read_text(encoding="utf-8"))
-        assert parsed.events == ()
+        assert [(event.kind, event.subject) for event in parsed.events] == [(KernelEventKind.DRIVER_LOAD, "580.159.04")]
+        assert parsed.events[0].message.startswith("NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04")
     iso = parse_kernel_log((DEVICE / "dmesg.out").read_text(encoding="utf-8"))
     assert iso.first_time == datetime(2026, 11, 23, 22, 58, 17, 595436, tzinfo=timezone.utc)
+    assert iso.events[0].time == datetime(2026, 11, 23, 22, 58, 18, 238174, tzinfo=timezone.utc)
     plain = parse_kernel_log((DEVICE / "dmesg-plain.out").read_text(encoding="utf-8"))
     assert plain.first_time is None and plain.first_since_boot_s == 0.0
 
@@ -31,7 +34,20 @@ def test_every_dmesg_corpus_file_is_asserted_here() -> None:
     assert sorted(path.name for path in CORPUS.iterdir()) == [
         "device-h200x2__dmesg-plain.txt", "device-h200x2__dmesg-time-format-iso.txt",
         "gpu-notes__dmesg-plain-xid-79-sxid-20034.txt", "kubuntu-forum__dmesg-plain-xid-62.txt",
-        "leptonai-gpud__dmesg-T-xid-119.txt"]
+        "leptonai-gpud__dmesg-T-xid-119.txt", "leptonai-gpud__dmesg-plain-xid-149-154.txt"]
+
+
+def test_a_real_gb200_xid_149_then_154_names_each_recovery_action() -> None:
+    parsed = parse_kernel_log((CORPUS / "leptonai-gpud__dmesg-plain-xid-149-154.txt").read_text())
+    assert [(event.subject, event.code) for event in parsed.events] == [
+        ("0009:01:00.0", 149), ("0009:01:00.0", 154), ("0008:01:00.0", 149), ("0019:01:00.0", 154),
+        ("0009:01:00.0", 149), ("0009:01:00.0", 149), ("0008:01:00.0", 149), ("0018:01:00.0", 154),
+        ("0008:01:00.0", 154)]
+    actions = [recovery_action(event.message) for event in parsed.events if event.code == 154]
+    assert [(action.action, action.value, action.words) for action in actions if action is not None] == [
+        ("drain_and_reset", 4, "Drain and Reset"), ("gpu_reset", 1, "GPU Reset Required"),
+        ("gpu_reset", 1, "GPU Reset Required"), ("gpu_reset", 1, "GPU Reset Required")]
+    assert all(recovery_action(event.message) is None for event in parsed.events if event.code == 149)
 
 
 def test_a_real_incident_xid_79_then_sxid_20034_from_three_nvswitches() -> None:
@@ -102,3 +118,55 @@ def test_hostile_lines_do_not_break_the_scan() -> None:
             + "[    2.000000] NVRM: Xid (PCI:zzzz): 79, bad address\n")
     events = parse_kernel_log(text).events
     assert [event.kind for event in events] == [KernelEventKind.LINK_DOWN]
+
+
+@pytest.mark.parametrize(("said", "expected"), [
+    ("from 0x0 (None) to 0x2 (Node Reboot Required)", ("node_reboot", 2, "Node Reboot Required")),
+    ("from 0x0 (None) to 0x1 (GPU Reset Required)", ("gpu_reset", 1, "GPU Reset Required")),
+    ("from 0x1 (GPU Reset Required) to 0x0 (None)", ("none", 0, "None")),
+    ("from 0x0 (None) to 0x3 (Drain P2P)", ("drain_p2p", 3, "Drain P2P")),
+    ("from 0x0 (None) to 0x4 (Drain and Reset)", ("drain_and_reset", 4, "Drain and Reset")),
+    ("from 0 (None) to 2 (Node Reboot Required)", ("node_reboot", 2, "Node Reboot Required")),
+    ("from 0x0 (None) to 0x9 (Something New)", (None, 9, "Something New")),     # a value NVML does not name
+])
+def test_xid_154_names_the_action_it_changed_to(said: str, expected: tuple[object, ...]) -> None:
+    # The form NVIDIA's Xid catalog gives and real logs show:
+    # "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)"
+    line = f"[  9.5] NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed {said}\n"
+    [event] = parse_kernel_log(line).events
+    action = recovery_action(event.message)
+    assert action is not None and (action.action, action.value, action.words) == expected
+
+
+@pytest.mark.parametrize("message", ["NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed",
+                                     "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to",
+                                     "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0xZZ (x)",
+                                     ""])
+def test_an_xid_154_that_does_not_say_its_action_reads_as_none(message: str) -> None:
+    assert recovery_action(message) is None
+
+
+def test_driver_loads_in_both_flavours_and_xids_in_the_catalogs_older_form() -> None:
+    text = ("[    6.852458] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.120  Fri Sep 13 10:10:01 UTC 2024\n"
+            "[   12.100000] NVRM: Xid (0000:03:00): 14, Channel 00000001\n"
+            "[ 1843.439669] NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  570.158.01  Release Build  "
+            "(dvs-builder@U22-I3-B10-02-5)  Mon Jun  2 13:13:04 UTC 2025\n"
+            "[ 1844.000000] NVRM: loading NVIDIA UNIX Open Kernel Module for aarch64  570.158.01  Release Build\n")
+    events = parse_kernel_log(text).events
+    assert [(event.kind, event.subject, event.code, event.since_boot_s) for event in events] == [
+        (KernelEventKind.DRIVER_LOAD, "550.120", None, 6.852458), (KernelEventKind.XID, "0000:03:00.0", 14, 12.1),
+        (KernelEventKind.DRIVER_LOAD, "570.158.01", None, 1843.439669),
+        (KernelEventKind.DRIVER_LOAD, "570.158.01", None, 1844.0)]
+
+
+@pytest.mark.parametrize("line", [
+    "NVRM: Xid (PCI:0000:18:00): abc, GPU has fallen off the bus.",      # no number
+    "NVRM: Xid (PCI:0000:18:00) 79, GPU has fallen off the bus.",        # no colon after the address
+    "NVRM: Xid (PCI:zz:18:00): 79, bad address",
+    "NVRM: Xid (PCI:0000:18:00): ",                                      # cut off
+    "NVRM: Xid error: xyz, invalid data",
+    "NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  Release Build",   # no version
+    "Xid (PCI:0000:01:00): 79, not from NVRM",
+])
+def test_malformed_xid_and_driver_lines_are_no_events(line: str) -> None:
+    assert parse_kernel_log(f"[    1.000000] {line}\n").events == ()

@@ -271,7 +271,10 @@ def test_collnet_sharp_and_the_external_plugin() -> None:
     facts = parse_nccl_log(read("nccl-log", "nccl-tests-issue-311__collnet-sharp-4-nodes.txt"))
     assert facts.net_plugin.endswith("nccl-rdma-sharp-plugins/src/.libs/libnccl-net.so")
     assert facts.network == "IBext_v8"
-    assert facts.sharp_used
+    # The SHARP plugin initialised and CollNet channels connected, but the log has no TUNING line:
+    # nothing says NCCL chose CollNet for a collective, so SHARP is not "used".
+    assert facts.sharp_initialized and facts.collnet
+    assert not facts.sharp_used and facts.in_network_algorithm() is None
     assert [(connection.host, connection.via) for connection in facts.collnet][:2] == [
         ("gpu34", "COLLNET/SHARP/1/GDRDMA"), ("gpu41", "COLLNET/SHARP/1/GDRDMA")]
     assert facts.environment["NCCL_COLLNET_ENABLE"] == "1"
@@ -463,3 +466,37 @@ def test_cloud_channel_names_from_the_nccl_format() -> None:
 ])
 def test_network_kind(transport: str | None, kind: str | None) -> None:
     assert network_kind(transport) == kind
+
+
+# -- SHARP "used" means NCCL chose an in-network algorithm for a measured size ------------------
+
+def test_sharp_used_only_where_nccl_chose_collnet_for_a_size() -> None:
+    log = read("nccl-log", "nccl-tests-issue-311__collnet-sharp-4-nodes.txt")
+    # A TUNING line in the format of NCCL src/enqueue.cc (INFO NCCL_TUNING, rank 0; ncclAlgoToString
+    # names CollNetDirect `COLLNET_DIRECT`), on the capture's own host prefix.
+    tuned = log + ("gpu34:23654:23654 [0] NCCL INFO AllReduce: 4194304 Bytes -> Algo RING proto SIMPLE "
+                   "channel{Lo..Hi}={0..1}\n"
+                   "gpu34:23654:23654 [0] NCCL INFO AllReduce: 268435456 Bytes -> Algo COLLNET_DIRECT proto SIMPLE "
+                   "channel{Lo..Hi}={0..0}\n")
+    facts = parse_nccl_log(tuned)
+    assert facts.sharp_used
+    assert facts.in_network_algorithm([268435456]) == "COLLNET_DIRECT"
+    assert facts.in_network_algorithm([4194304]) is None           # that size ran on RING: not SHARP
+
+
+def test_nvls_chosen_counts_and_ring_does_not() -> None:
+    # Lines quoted in NVIDIA/nccl#1906 (NCCL_DEBUG_SUBSYS=INIT,ENV,TUNING, one 8-GPU node).
+    facts = parse_nccl_log("h:1:1 [0] NCCL INFO AllGather: 579600 Bytes -> Algo NVLS proto SIMPLE channel{Lo..Hi}={0..15}\n"
+                           "h:1:1 [0] NCCL INFO AllGather: 515200 Bytes -> Algo RING proto LL channel{Lo..Hi}={0..23}\n")
+    assert facts.algorithms == {579600: "NVLS", 515200: "RING"}
+    assert facts.sharp_used and facts.in_network_algorithm([515200]) is None
+    ring = parse_nccl_log(read("nccl-log", "Timez-zx-nccl-tests__nccl.log.txt"))
+    assert ring.algorithms and not ring.sharp_used
+
+
+def test_numeric_algorithms_of_older_nccl_are_named() -> None:
+    # NCCL 2.23 printed `%s: %ld Bytes -> Algo %d proto %d time %f`, 2.19-2.22 without the function.
+    facts = parse_nccl_log("h:1:1 [0] NCCL INFO AllReduce: 8388608 Bytes -> Algo 2 proto 2 time 96.300003\n"
+                           "h:1:1 [0] NCCL INFO 1048576 Bytes -> Algo 1 proto 0 time 20.100000\n")
+    assert facts.algorithms == {8388608: "COLLNET_DIRECT", 1048576: "RING"}
+    assert facts.sharp_used

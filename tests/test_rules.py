@@ -10,6 +10,7 @@ import pytest
 from inventory_factory import dgx_h100, h100_gpus, ib_hca, port_of, roce_node
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import (
+    Dmi,
     Gpu,
     Hca,
     Inventory,
@@ -76,7 +77,7 @@ def test_extends_merges_thresholds_and_keeps_the_childs_identity() -> None:
     assert "error-counters" in pack.required                              # child's [grade]
     assert "error-counters" not in load_rules("default", env={}).required
     assert pack.data["pack"]["priority"] == 50
-    assert pack.data["pack"]["match"]["gpu_name"] == "H100|H200"
+    assert pack.data["pack"]["match"]["gpu_name"] == "^NVIDIA (H100 80GB HBM3|H200|H800|H20)$"
     assert [port_class.name for port_class in pack.port_classes] == ["compute", "storage"]
     assert pack.port_classes[0].expected_rate_gbps == 400.0 and pack.port_classes[0].expected_width == 4
 
@@ -135,6 +136,13 @@ def test_missing_pack_file_is_a_rules_error(tmp_path: Path) -> None:
 
 # -- auto-selection ----------------------------------------------------------------------
 
+def dgx_node() -> Inventory:
+    """The factory's DGX H100 as its firmware names it (DMI): the dgx-h100 pack is for 8-GPU platforms."""
+    inventory = dgx_h100()
+    inventory.dmi = Dmi("NVIDIA", "DGXH100")
+    return inventory
+
+
 def a100_node() -> Inventory:
     hcas = []
     for index in range(8):
@@ -145,7 +153,7 @@ def a100_node() -> Inventory:
 
 
 @pytest.mark.parametrize(("inventory", "expected"), [
-    (dgx_h100(), "dgx-h100"),
+    (dgx_node(), "dgx-h100"),
     (roce_node(), "roce"),
     (a100_node(), "hgx-a100"),
     (Inventory("l40s-01", "2026-11-21T22:40:00Z", gpus=[Gpu(0, name="NVIDIA L40S")]), "pcie-only"),
@@ -158,10 +166,10 @@ def test_auto_selection_picks_the_matching_pack(inventory: Inventory, expected: 
 
 
 def test_auto_selection_explains_what_matched() -> None:
-    reason = load_rules(None, dgx_h100(), env={}).selection_reason
-    assert "priority 50" in reason
-    assert "GPU 'NVIDIA H100 80GB HBM3' matches 'H100|H200'" in reason
-    assert "HCA type MT4129" in reason and "compute ports are InfiniBand" in reason and "8 GPUs" in reason
+    reason = load_rules(None, dgx_node(), env={}).selection_reason
+    assert "priority 50" in reason and "platform DGXH100 (DMI product_name 'DGXH100')" in reason
+    assert "GPU 'NVIDIA H100 80GB HBM3' matches '^NVIDIA (H100 80GB HBM3|H200|H800|H20)$'" in reason
+    assert "HCA type MT4129" in reason and "compute ports are InfiniBand" in reason
 
 
 def test_four_gpu_h100_node_does_not_get_the_eight_gpu_pack() -> None:
@@ -172,7 +180,7 @@ def test_four_gpu_h100_node_does_not_get_the_eight_gpu_pack() -> None:
 
 def test_link_layer_match_ignores_storage_ports_of_the_packs_own_classes() -> None:
     # 8 IB rails and many Ethernet storage ports: the storage class keeps them out of the vote.
-    inventory = dgx_h100()
+    inventory = dgx_node()
     for index in range(10):
         hca = ib_hca(20 + index, link_layer=LinkLayer.ETHERNET)
         inventory.hcas.append(hca)

@@ -60,6 +60,11 @@ def run_hook(tmp_path: Path, mode: str, snapshot: Path | str, show_node: str = "
     return done.returncode, calls, done.stderr
 
 
+def updates(calls: list[str]) -> list[str]:
+    """The `scontrol update` calls (a drain first reads the node's state with `show node`)."""
+    return [call for call in calls if call.startswith("update ")]
+
+
 @needs_fixtures
 def test_prolog_passes_a_healthy_node_and_logs(tmp_path: Path) -> None:
     code, calls, _ = run_hook(tmp_path, "prolog", HEALTHY)
@@ -73,9 +78,9 @@ def test_prolog_passes_a_healthy_node_and_logs(tmp_path: Path) -> None:
 def test_prolog_drains_a_failing_node_with_a_short_reason(tmp_path: Path) -> None:
     code, calls, stderr = run_hook(tmp_path, "prolog", FAILING)
     assert code == 1, stderr
-    assert len(calls) == 1
-    assert calls[0].startswith("update nodename=gpu07 state=drain reason=netdoctor: port-state mlx5_")
-    assert len(calls[0].split("reason=", 1)[1]) <= 160
+    assert calls[0] == "show node gpu07 -o" and len(updates(calls)) == 1
+    assert updates(calls)[0].startswith("update nodename=gpu07 state=drain reason=netdoctor: port-state mlx5_")
+    assert len(updates(calls)[0].split("reason=", 1)[1]) <= 160
 
 
 @needs_fixtures
@@ -88,7 +93,7 @@ def test_unknown_drains_only_when_the_policy_says_so(tmp_path: Path) -> None:
     assert (code, calls) == ((1, calls) if grade == "fail" else (0, []))
     (tmp_path / "scontrol.calls").unlink(missing_ok=True)
     code, calls, _ = run_hook(tmp_path, "prolog", unknown_fixture, DRAIN_ON=f"fail,{grade}")
-    assert code == 1 and calls[0].startswith("update nodename=gpu07 state=drain reason=netdoctor: ")
+    assert code == 1 and updates(calls)[0].startswith("update nodename=gpu07 state=drain reason=netdoctor: ")
 
 
 def test_internal_error_does_not_drain_unless_configured(tmp_path: Path) -> None:
@@ -100,7 +105,7 @@ def test_internal_error_does_not_drain_unless_configured(tmp_path: Path) -> None
     assert "internal error: no netdoctor report on stdout (exit 3): Traceback" in stderr
     code, calls, _ = run_hook(tmp_path, "prolog", "/nonexistent", NETDOCTOR=str(crash), DRAIN_ON_ERROR="yes")
     assert code == 1
-    assert calls == ["update nodename=gpu07 state=drain reason=netdoctor: internal error: no netdoctor report on stdout (exit 3): "
+    assert updates(calls) == ["update nodename=gpu07 state=drain reason=netdoctor: internal error: no netdoctor report on stdout (exit 3): "
                      "Traceback (most recent call last): boom"]
     (tmp_path / "scontrol.calls").unlink()
     code, calls, stderr = run_hook(tmp_path, "prolog", "/nonexistent", NETDOCTOR=str(tmp_path / "not-installed"))
@@ -120,7 +125,7 @@ def test_an_error_line_cut_inside_a_utf8_character_stays_valid_text(tmp_path: Pa
     code, calls, stderr = run_hook(tmp_path, "prolog", "/nonexistent", NETDOCTOR=str(crash), DRAIN_ON_ERROR="yes",
                                    REASON_MAX="400")
     assert code == 1 and "x" * 100 in stderr          # decoded as UTF-8 by run_hook: no stray byte
-    assert len(calls) == 1 and calls[0].endswith(" " + "x" * (118 + offset))
+    assert len(updates(calls)) == 1 and updates(calls)[0].endswith(" " + "x" * (118 + offset))
 
 
 def test_prolog_deadline_kills_a_hung_netdoctor(tmp_path: Path) -> None:
@@ -138,13 +143,154 @@ def test_prolog_deadline_kills_a_hung_netdoctor(tmp_path: Path) -> None:
 @needs_fixtures
 def test_healthcheck_resumes_only_its_own_drains(tmp_path: Path) -> None:
     ours = "NodeName=gpu07 State=IDLE+DRAIN Reason=netdoctor: port-state mlx5_2:1 - port is down [root@2026-11-21T23:00:00]"
-    code, calls, _ = run_hook(tmp_path, "healthcheck", HEALTHY, show_node=ours)
+    code, calls, _ = run_hook(tmp_path, "healthcheck", HEALTHY, show_node=ours, RESUME_AFTER="1")
     assert code == 0
     assert calls == ["show node gpu07 -o", "update nodename=gpu07 state=resume"]
     (tmp_path / "scontrol.calls").unlink()
     theirs = "NodeName=gpu07 State=IDLE+DRAIN Reason=bad DIMM [admin@2026-11-21T23:00:00]"
-    code, calls, _ = run_hook(tmp_path, "healthcheck", HEALTHY, show_node=theirs)
+    for _ in range(3):      # however many passes in a row: a person's drain is theirs to undo
+        code, calls, _ = run_hook(tmp_path, "healthcheck", HEALTHY, show_node=theirs)
+        assert code == 0 and "update nodename=gpu07 state=resume" not in calls
+    # A reason that merely mentions netdoctor is a person's too.
+    mention = "NodeName=gpu07 State=IDLE+DRAIN Reason=RMA after netdoctor: port-state [admin@2026-11-21T23:00:00]"
+    (tmp_path / "scontrol.calls").unlink()
+    code, calls, _ = run_hook(tmp_path, "healthcheck", HEALTHY, show_node=mention, RESUME_AFTER="1")
     assert code == 0 and calls == ["show node gpu07 -o"]
+
+
+def _clean_runs(tmp_path: Path) -> str:
+    return (tmp_path / "reports" / "clean-runs-gpu07").read_text()
+
+
+def test_a_drained_node_resumes_only_on_the_second_pass_in_a_row(tmp_path: Path) -> None:
+    passing, failing = fake_netdoctor(tmp_path, "pass"), fake_netdoctor(tmp_path, "fail")
+    resume = "update nodename=gpu07 state=resume"
+    code, calls, stderr = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=OURS, NETDOCTOR=str(failing))
+    # Drained by netdoctor already: the reason is ours to update.
+    assert code == 1 and updates(calls) == [f"update nodename=gpu07 state=drain reason={PORT_DOWN}"], stderr
+    assert _clean_runs(tmp_path) == "0\n"
+    (tmp_path / "scontrol.calls").unlink()
+    code, calls, stderr = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=OURS, NETDOCTOR=str(passing))
+    assert code == 0 and resume not in calls, stderr                 # first pass: still drained
+    assert "clean run 1 of 2 in a row (pass)" in stderr and _clean_runs(tmp_path) == "1\n"
+    code, calls, stderr = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=OURS, NETDOCTOR=str(passing))
+    assert code == 0 and calls[-1] == resume, stderr                  # second pass in a row: resumed
+    assert _clean_runs(tmp_path) == "2\n"
+
+
+def crashing_netdoctor(directory: Path) -> Path:
+    """Exits 3 with a traceback and no report: netdoctor's own failure."""
+    script = directory / "crashing-netdoctor"
+    script.write_text("#!/bin/bash\necho 'Traceback (most recent call last): boom' >&2\nexit 3\n")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("between", ["fail", "crash", "internal", "unknown", "warn-drained", "unknown-drained"])
+def test_a_run_that_is_not_clean_starts_the_count_again(tmp_path: Path, between: str) -> None:
+    """A fail, an unknown (nothing judged: the fault is not shown gone), netdoctor's own failure
+    (exit 3, no report; an unknown only through crashed checks), or a grade DRAIN_ON drains on,
+    between two passes: the count starts again."""
+    passing = fake_netdoctor(tmp_path, "pass")
+    policy = {"DRAIN_ON": "fail"}
+    if between == "crash":
+        other = crashing_netdoctor(tmp_path)
+    elif between == "internal":
+        other = report_netdoctor(tmp_path, "crashed", _unknown_report(CRASHED))
+    elif between.endswith("-drained"):
+        grade = between.split("-")[0]
+        other, policy = fake_netdoctor(tmp_path, grade), {"DRAIN_ON": f"fail,{grade}"}
+    else:
+        other = fake_netdoctor(tmp_path, between)
+    resume = "update nodename=gpu07 state=resume"
+    for netdoctor in (passing, other, passing):
+        code, calls, stderr = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=OURS, NETDOCTOR=str(netdoctor),
+                                       **policy)
+        assert resume not in calls, (between, stderr)
+    assert _clean_runs(tmp_path) == "1\n"
+    code, calls, _ = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=OURS, NETDOCTOR=str(passing), **policy)
+    assert calls[-1] == resume
+
+
+@pytest.mark.parametrize("grade", ["warn"])
+def test_a_drained_node_resumes_after_two_runs_the_policy_does_not_drain(tmp_path: Path, grade: str) -> None:
+    """Drained for a fault that was then fixed (an Xid cleared by a GPU reset) but left with a
+    steady warning (a lifetime ECC count): with DRAIN_ON=fail that warning never drains, so two
+    such runs in a row return the node. Under DRAIN_ON=fail,warn it never does."""
+    tolerated = fake_netdoctor(tmp_path, grade)
+    resume = "update nodename=gpu07 state=resume"
+    code, calls, stderr = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=OURS, NETDOCTOR=str(tolerated),
+                                   DRAIN_ON="fail")
+    assert (code, calls) == (0, ["show node gpu07 -o"]), stderr       # first clean run: still drained
+    assert f"clean run 1 of 2 in a row ({grade})" in stderr
+    (tmp_path / "scontrol.calls").unlink()
+    code, calls, stderr = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=OURS, NETDOCTOR=str(tolerated),
+                                   DRAIN_ON="fail")
+    assert (code, calls) == (0, ["show node gpu07 -o", resume]), stderr
+    assert f"resumed: netdoctor's earlier drain no longer holds (2 clean runs in a row, last {grade})" in stderr
+    assert _clean_runs(tmp_path) == "2\n"
+    # The policy drains on this grade: the run drains (updating netdoctor's reason), never resumes.
+    for _ in range(3):
+        (tmp_path / "scontrol.calls").unlink()
+        code, calls, stderr = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=OURS,
+                                       NETDOCTOR=str(tolerated), DRAIN_ON=f"fail,{grade}")
+        assert code == 1 and resume not in calls, stderr
+        assert updates(calls) == [f"update nodename=gpu07 state=drain reason={PORT_DOWN}"]
+    assert _clean_runs(tmp_path) == "0\n"
+
+
+THEIRS = "NodeName=gpu07 Arch=x86_64 State=IDLE+DRAIN ThreadsPerCore=1 Reason=bad DIMM [admin@2026-11-21T23:00:00]"
+SLURMS = "NodeName=gpu07 State=DOWN+NOT_RESPONDING Reason=Not responding [slurm@2026-11-21T23:00:00]"
+
+
+@pytest.mark.parametrize("mode", ["healthcheck", "prolog"])
+@pytest.mark.parametrize("show_node", [THEIRS, SLURMS], ids=["person", "slurm"])
+def test_a_drain_not_ours_keeps_its_reason_and_is_never_resumed(tmp_path: Path, mode: str, show_node: str) -> None:
+    """A person drained the node (or SLURM downed it), then netdoctor finds a fault: the fault
+    is logged, the reason stays (overwritten, the node would become netdoctor's to resume)."""
+    failing = fake_netdoctor(tmp_path, "fail")
+    code, calls, stderr = run_hook(tmp_path, mode, "/nonexistent", show_node=show_node, NETDOCTOR=str(failing))
+    assert code == 1, stderr                                          # the job still must not run there
+    assert calls == ["show node gpu07 -o"], stderr                    # no `scontrol update` at all
+    state = show_node.split("State=", 1)[1].split()[0]
+    reason = show_node.split("Reason=", 1)[1].split(" [", 1)[0]
+    logged = f"{PORT_DOWN}; node already {state} (reason: {reason}), not ours: reason left alone"
+    assert logged in (tmp_path / "reports" / "slurm-hook.log").read_text()
+    passing = fake_netdoctor(tmp_path, "pass")
+    for _ in range(3):
+        (tmp_path / "scontrol.calls").unlink(missing_ok=True)
+        code, calls, stderr = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=show_node,
+                                       NETDOCTOR=str(passing), RESUME_AFTER="1")
+        assert code == 0 and updates(calls) == [], stderr
+
+
+def test_resume_on_pass_no_never_resumes_and_a_bad_count_file_is_not_trusted(tmp_path: Path) -> None:
+    passing = fake_netdoctor(tmp_path, "pass")
+    for _ in range(3):
+        code, calls, _ = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=OURS, NETDOCTOR=str(passing),
+                                  RESUME_ON_PASS="no")
+        assert code == 0 and calls == []
+    assert _clean_runs(tmp_path) == "3\n"
+    # A count file that is not a number counts as 0: one more pass is the first.
+    (tmp_path / "reports" / "clean-runs-gpu07").write_text("99; rm -rf /\n")
+    code, calls, stderr = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=OURS, NETDOCTOR=str(passing))
+    assert "update nodename=gpu07 state=resume" not in calls and _clean_runs(tmp_path) == "1\n", stderr
+    # Nothing but the count and the reports is left in REPORT_DIR (no temporary files).
+    assert sorted(path.name for path in (tmp_path / "reports").iterdir()) == [
+        "clean-runs-gpu07", "healthcheck-gpu07.err", "healthcheck-gpu07.json", "slurm-hook.log"]
+
+
+def test_the_drain_reason_names_the_first_failing_check_and_device(tmp_path: Path) -> None:
+    findings = [{"check": "mtu", "subject": "ibp24s0", "status": "warn", "summary": "MTU 2044"},
+                {"check": "link-speed", "subject": "mlx5_5:1", "status": "fail",
+                 "summary": "port runs at 200 Gb/s (4X HDR), expected 400 Gb/s (4X NDR) " + "x" * 300},
+                {"check": "pcie-link", "subject": "GPU2", "status": "fail", "summary": "Gen4 x8"}]
+    report = report_netdoctor(tmp_path, "two-fails", {"schema": "netdoctor.report/1", "grade": "fail", "findings": findings})
+    code, calls, stderr = run_hook(tmp_path, "prolog", "/nonexistent", NETDOCTOR=str(report))
+    assert code == 1, stderr
+    reason = updates(calls)[0].split("reason=", 1)[1]
+    assert reason.startswith("netdoctor: link-speed mlx5_5:1 - port runs at 200 Gb/s (4X HDR)")
+    assert len(reason.encode()) <= 160
 
 
 def fake_netdoctor(directory: Path, grade: str) -> Path:
@@ -189,7 +335,7 @@ def test_an_internal_error_is_no_verdict_on_the_node(tmp_path: Path) -> None:
     code, calls, _ = run_hook(tmp_path, "prolog", "/nonexistent", NETDOCTOR=str(crashed), DRAIN_ON="fail,unknown",
                               DRAIN_ON_INTERNAL="yes")
     assert code == 1
-    assert calls == ["update nodename=gpu07 state=drain reason=netdoctor: internal error: port-state node - "
+    assert updates(calls) == ["update nodename=gpu07 state=drain reason=netdoctor: internal error: port-state node - "
                      "check crashed: ZeroDivisionError: division by zero"]
 
 
@@ -197,24 +343,15 @@ def test_a_real_unknown_still_drains_beside_an_internal_one(tmp_path: Path) -> N
     mixed = report_netdoctor(tmp_path, "mixed", _unknown_report(CRASHED, TOOL_MISSING))
     code, calls, stderr = run_hook(tmp_path, "prolog", "/nonexistent", NETDOCTOR=str(mixed), DRAIN_ON="fail,unknown")
     assert code == 1, stderr
-    assert calls and calls[0].startswith("update nodename=gpu07 state=drain reason=netdoctor: ")
-    assert "internal error" not in calls[0]
+    drains = updates(calls)
+    assert drains and drains[0].startswith("update nodename=gpu07 state=drain reason=netdoctor: ")
+    assert "internal error" not in drains[0]
 
 
 OURS = "NodeName=gpu07 State=IDLE+DRAIN Reason=netdoctor: port-state mlx5_2:1 - port is down [root@2026-11-21T23:00:00]"
 
 
-@pytest.mark.parametrize("grade", ["warn", "unknown"])
-def test_healthcheck_resumes_only_on_pass(tmp_path: Path, grade: str) -> None:
-    # Tolerated by the policy (not drained), but not healthy: the node stays drained.
-    code, calls, stderr = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=OURS,
-                                   NETDOCTOR=str(fake_netdoctor(tmp_path, grade)), DRAIN_ON="fail")
-    assert code == 0, stderr
-    assert calls == []                                 # no resume, not even a look at the node
-    code, calls, stderr = run_hook(tmp_path, "healthcheck", "/nonexistent", show_node=OURS,
-                                   NETDOCTOR=str(fake_netdoctor(tmp_path, "pass")))
-    assert code == 0, stderr
-    assert calls == ["show node gpu07 -o", "update nodename=gpu07 state=resume"]
+PORT_DOWN = "netdoctor: port-state mlx5_2:1 - port is down"
 
 
 @pytest.mark.parametrize("report_dir", ["uncreatable", "world-writable", "symlink"])
@@ -243,7 +380,7 @@ def test_hook_never_writes_predictable_shared_paths(tmp_path: Path, report_dir: 
     code, calls, stderr = run_hook(tmp_path, "prolog", "/nonexistent", NETDOCTOR=str(fake_netdoctor(tmp_path, "fail")),
                                    REPORT_DIR=str(directory), extra_env={"TMPDIR": str(shared_tmp)})
     assert code == 1, stderr
-    assert calls[0].startswith("update nodename=gpu07 state=drain reason=netdoctor: port-state mlx5_2:1")
+    assert updates(calls)[0].startswith("update nodename=gpu07 state=drain reason=netdoctor: port-state mlx5_2:1")
     assert "report not kept" in stderr
     assert victim.read_text() == "precious\n"
     # Only the planted links (and the test's own directory) remain: the private directory is removed.
@@ -374,10 +511,25 @@ def test_real_slurm_healthcheck_drains_and_resumes(slurm_directory: Path) -> Non
         cluster.wait_for(lambda: "DRAIN" in cluster.node_state("n2")[0], 25, "n2 drained by the health check")
         assert cluster.node_state("n2")[1].startswith("netdoctor: port-state mlx5_")
         assert "DRAIN" not in cluster.node_state("n1")[0]
-        # The cable is fixed: the next health check returns the node to service.
+        # The cable is fixed: the second clean health check in a row (RESUME_AFTER=2) returns the node.
         (slurm_directory / "snapshots" / "n2").unlink()
         (slurm_directory / "snapshots" / "n2").symlink_to(HEALTHY)
-        cluster.wait_for(lambda: "DRAIN" not in cluster.node_state("n2")[0], 25, "n2 resumed by the health check")
+        cluster.wait_for(lambda: "DRAIN" not in cluster.node_state("n2")[0], 40, "n2 resumed by the health check")
+        log = (slurm_directory / "netdoctor" / "slurm-hook.log").read_text()
+        assert log.index("node=n2 clean run 1 of 2 in a row (pass)") < log.index("node=n2 resumed")
+        # A person's drain: a fault found there keeps the person's reason, and passes never undo it.
+        cluster.run(["scontrol", "update", "nodename=n1", "state=drain", "reason=bad DIMM"])
+        (slurm_directory / "snapshots" / "n1").unlink()
+        (slurm_directory / "snapshots" / "n1").symlink_to(FAILING)
+        hook_log = slurm_directory / "netdoctor" / "slurm-hook.log"
+        cluster.wait_for(lambda: "(reason: bad DIMM), not ours: reason left alone" in hook_log.read_text(), 25,
+                         "n1's fault logged beside the person's drain")
+        assert cluster.node_state("n1")[1] == "bad DIMM"
+        (slurm_directory / "snapshots" / "n1").unlink()
+        (slurm_directory / "snapshots" / "n1").symlink_to(HEALTHY)
+        time.sleep(8)                                         # several clean health checks
+        state, reason = cluster.node_state("n1")
+        assert "DRAIN" in state and reason == "bad DIMM", (state, reason)
     finally:
         cluster.stop()
 

@@ -10,7 +10,9 @@ An entry, as stored::
 
     {"host": "node017", "boot_id": "...", "captured_at": "2026-11-21T22:40:00Z",
      "ports": {"mlx5_0:1": {"symbol_error": 0, "hw_counters/out_of_sequence": 3},
-               "nvlink 0000:18:00.0 3": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 2}}}
+               "nvlink 0000:18:00.0 3": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 2},
+               "gpu 0000:18:00.0": {"pcie_replay_counter": 0, "utilization_gpu": 0,
+                                    "clocks_event_reasons/gpu_idle": 1}}}
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ from netdoctor.util import parse_iso_utc
 log = structlog.get_logger(__name__)
 
 HW_PREFIX = "hw_counters/"          # hw_counters live beside counters/ under this key prefix
+CLOCK_REASON_PREFIX = "clocks_event_reasons/"   # a GPU's clock event reasons set at that run
+# nvmlClocksEventReasons by CONTRACT 7.2's names (nvml.h): only these are stored or judged, so a
+# hostile nvml.json cannot fill the state file with names of its own.
+CLOCK_REASONS = frozenset({"gpu_idle", "applications_clocks_setting", "sw_power_cap", "hw_slowdown",
+                           "sync_boost", "sw_thermal_slowdown", "hw_thermal_slowdown",
+                           "hw_power_brake_slowdown", "display_clock_setting"})
 MAX_BOOTS_PER_HOST = 2              # the current boot and the one before (for a late --baseline)
 MAX_ENTRIES = 512                   # a state file on shared storage holds many hosts; bound it
 
@@ -45,12 +53,35 @@ def counter_readings(inventory: Inventory) -> dict[str, dict[str, int | None]]:
         for link in gpu.nvlinks:
             if any(value is not None for value in link.errors.values()):
                 readings[nvlink_key(gpu, link.link)] = dict(link.errors)
+        gpu_values = gpu_reading(gpu)
+        if gpu_values:
+            readings[gpu_key(gpu)] = gpu_values
     return readings
 
 
 def nvlink_key(gpu: Gpu, link: int) -> str:
     """An NVLink's key in the history: by the GPU's PCI address, which a renumbering keeps."""
     return f"nvlink {gpu.pci_address or gpu.label} {link}"
+
+
+def gpu_key(gpu: Gpu) -> str:
+    """A GPU's own key in the history (gpu-health): by its PCI address, like its NVLinks."""
+    return f"gpu {gpu.pci_address or gpu.label}"
+
+
+def gpu_reading(gpu: Gpu) -> dict[str, int | None]:
+    """What gpu-health compares with the next run: the PCIe replay counter, the utilization
+    (was the GPU idle then) and each known clock event reason set now as
+    `clocks_event_reasons/NAME` = 1 (a reason absent was not set)."""
+    values: dict[str, int | None] = {}
+    if gpu.pcie_replay_counter is not None:
+        values["pcie_replay_counter"] = gpu.pcie_replay_counter
+    if gpu.utilization_gpu is not None:
+        values["utilization_gpu"] = gpu.utilization_gpu
+    for reason in gpu.clocks_event_reasons or ():
+        if reason in CLOCK_REASONS:
+            values[f"{CLOCK_REASON_PREFIX}{reason}"] = 1
+    return values
 
 
 def elapsed_seconds(earlier: str, later: str) -> float | None:

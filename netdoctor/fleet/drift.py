@@ -7,6 +7,11 @@ among nodes with that model, so an A100's VBIOS is never drift against an H100's
 kind (driver, CUDA, kernel, OFED, NCCL, fabric manager) among nodes of the same GPU model
 and count. A minority of one node in a thousand is listed like half-and-half.
 
+`gpus` (CONTRACT 7.3) is the GPU count among nodes of one DMI product (`fabric.product`): the
+GPUs on the PCI bus where the report has them (a GPU a job's cgroup hides from the sweep still
+counts), else NVML's count. "node044 has 7 GPUs where 127 DGXH100 have 8". Nodes that name
+no product are not compared: their count says nothing without the platform.
+
 A pack may pin minimum versions (`[fleet-drift] minimum`): `driver = "550.54.15"` for every
 group, `"hca_firmware:MT4129 MT_0000000838" = "28.39.1002"` for one; nodes below are
 `below_minimum`. Versions compare part by part, numbers as numbers (28.39.1002 > 28.4.0).
@@ -20,7 +25,8 @@ from typing import Any
 from netdoctor.fleet.model import VERSION_KINDS, NodeSummary
 from netdoctor.util import natural_key
 
-_KIND_ORDER = {kind: position for position, kind in enumerate(VERSION_KINDS)}
+GPU_COUNT = "gpus"      # drift.what of the GPU count among nodes of one DMI product
+_KIND_ORDER = {kind: position for position, kind in enumerate((GPU_COUNT, *VERSION_KINDS))}
 
 
 def hardware_group(node: NodeSummary) -> str:
@@ -50,6 +56,10 @@ def find_drift(nodes: Iterable[NodeSummary], minimums: Mapping[str, str] | None 
                 shape = (node.gpus, tuple(vbios) if vbios.__class__ is dict else ())
                 group = groups.get(shape) or groups.setdefault(shape, hardware_group(node))
             seen.setdefault((kind, group), {}).setdefault(value, []).append(node.host)
+        product, on_bus = node.platform or (None, None)
+        count = on_bus if on_bus is not None else node.gpus
+        if product and count is not None:
+            seen.setdefault((GPU_COUNT, product), {}).setdefault(str(count), []).append(node.host)
     pinned = minimums or {}
     entries = [_entry(kind, among, by_version, pinned.get(f"{kind}:{among}") or pinned.get(kind))
                for (kind, among), by_version in seen.items()]
@@ -66,7 +76,7 @@ def _entry(kind: str, among: str, by_version: dict[str, list[str]], minimum: str
                 if version != majority}
     entry: dict[str, Any] = {"what": kind, "among": among, "majority": majority, "minority": minority,
                              "nodes": sum(map(len, by_version.values()))}
-    if minimum:
+    if minimum and kind != GPU_COUNT:
         floor = natural_key(minimum)
         entry["minimum"] = minimum
         entry["below_minimum"] = sorted((host for version, hosts in by_version.items()

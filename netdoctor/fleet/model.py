@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from netdoctor.fleet.platform import bounded_platform
 from netdoctor.report.model import STATUS_SEVERITY
 
 REPORT_SCHEMA_PREFIX = "netdoctor.report/"
@@ -143,6 +144,7 @@ class NodeSummary:
     gpus: int | None = None
     rails: tuple[Rail, ...] = ()
     rails_guessed: bool = False   # `fabric.rails_guessed`: a rail's nearest GPU was a guess, wiring not judged
+    platform: tuple[str, int | None] | None = None   # `fabric.product`, `.gpus_on_bus` (fleet.platform)
     probe: Mapping[str, Any] = field(default_factory=dict)
     # The fleet judged against itself: the report's `versions` (CONTRACT 6.3; its
     # `neighbors` are in `rails`), and its warn-or-worse findings (check, subject, status, summary) for `--since`.
@@ -310,7 +312,7 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
         source=source,
         reported_host=alias,
         other_findings=flagged - 1 if top_finding is not None else 0,
-        **bounded_fabric(data.get("fabric"), data.get("neighbors")),
+        **bounded_fabric(data.get("fabric"), data.get("neighbors")), platform=bounded_platform(data.get("fabric")),
         probe=bounded_facts(probe, _PROBE_KEYS),
         versions=bounded_versions(data.get("versions")),
         findings=tuple(kept_findings),
@@ -390,8 +392,8 @@ def bounded_fabric(fabric: Any, neighbors: Any) -> dict[str, Any]:
 
 # What the fleet keeps of a probe-node report's `probe` (a node's own words: bounded, typed).
 _PROBE_KEYS = {"status": str, "reason": str, "round": int, "group": list, "busbw_gbps": float, "transport": str,
-               "rails": dict, "sharp": bool, "algorithm": str, "net_plugin": str, "net_plugin_missing": bool,
-               "collnet_enable": str}
+               "rails": dict, "sharp": bool, "sharp_initialized": bool, "algorithm": str, "net_plugin": str,
+               "net_plugin_missing": bool, "collnet_enable": str}
 _MAX_FACT_ITEMS = 64
 
 

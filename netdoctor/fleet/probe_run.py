@@ -147,7 +147,10 @@ def _sharp_why(facts: list[dict[str, Any]]) -> str:
         return "SHARP not used: NCCL found no net plugin (libnccl-net.so of nccl-rdma-sharp-plugins)"
     if not all(fact.get("collnet_enable") == "1" for fact in facts):
         return "SHARP not used: NCCL_COLLNET_ENABLE is not 1"
-    return "SHARP not used (no CollNet channel in NCCL's log)"
+    chose = f": NCCL chose {facts[0]['algorithm']} for the measured size" if facts[0].get("algorithm") else ""
+    if any(fact.get("sharp_initialized") for fact in facts):
+        return f"SHARP plugin initialised, not used{chose}"
+    return f"SHARP not used (no CollNet or NVLS algorithm for the measured size in NCCL's log){chose}"
 
 
 def pair_rows(measurements: list[Measurement], fabrics: dict[str, NodeFabric], thresholds: Thresholds,

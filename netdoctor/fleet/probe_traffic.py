@@ -44,8 +44,11 @@ def _facts(log: str) -> dict[str, Any]:
         facts = None
     if facts is None:
         return {}
-    algorithm = facts.algorithms[max(facts.algorithms)] if facts.algorithms else None
-    return {"transport": facts.network_used(), "sharp": facts.sharp_used, "algorithm": algorithm,
+    algorithm = facts.algorithms.get(PAIR_BYTES) or (facts.algorithms[max(facts.algorithms)] if facts.algorithms else None)
+    # SHARP carried the measurement only where NCCL chose CollNet/NVLS for the measured size; a
+    # plugin that merely initialised (`SHARP rank 0/4 initialized`) is said, not counted.
+    return {"transport": facts.network_used(), "sharp": facts.in_network_algorithm([PAIR_BYTES]) is not None,
+            "sharp_initialized": facts.sharp_initialized or bool(facts.collnet), "algorithm": algorithm,
             "net_plugin": facts.net_plugin, "net_plugin_missing": facts.net_plugin_missing,
             "collnet_enable": facts.environment.get("NCCL_COLLNET_ENABLE"), "nccl_version": facts.version}
 

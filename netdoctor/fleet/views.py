@@ -119,7 +119,13 @@ def drift_rows(entries: Iterable[Any], only_differing: bool = True) -> list[Drif
 
 
 def drift_text(row: DriftRow) -> str:
-    """`hca_firmware among MT4129 MT_0000000838: 28.39.1002 on 1,021 nodes; 28.37.1014 on node[017-018]`."""
+    """`hca_firmware among MT4129 MT_0000000838: 28.39.1002 on 1,021 nodes; 28.37.1014 on node[017-018]`;
+    the GPU count: `gpus among DGXH100: node044 has 7 GPUs where 127 DGXH100 have 8`."""
+    if row.what == "gpus" and row.minority:
+        peers = f"{row.majority_nodes:,} " if row.majority_nodes is not None else ""
+        return f"{row.label()}: " + "; ".join(
+            f"{hosts_phrase(hosts)} {'has' if len(hosts) == 1 else 'have'} {count} GPUs where {peers}{row.among} "
+            f"{'has' if row.majority_nodes == 1 else 'have'} {row.majority or '?'}" for count, hosts in row.minority)
     nodes = f" on {row.majority_nodes:,} nodes" if row.majority_nodes is not None else ""
     parts = [f"{row.majority or '?'}{nodes}"]
     parts += [f"{version} on {hosts_phrase(hosts)}" for version, hosts in row.minority]

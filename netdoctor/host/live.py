@@ -21,6 +21,7 @@ from netdoctor.host.runner import run_commands
 from netdoctor.host.recording import Recording
 from netdoctor.host.sources import SOURCES_BY_NAME
 from netdoctor.host.sysfs import RootedSysTree
+from netdoctor.host.visibility import collect_visibility
 from netdoctor.host.files import read_regular
 from netdoctor.host.types import MAX_PROC_BYTES, PROC_FILES, CommandResult, CommandSpec
 from netdoctor.util import utc_now_iso
@@ -91,6 +92,14 @@ class LiveSource:
         if self.recording is not None:
             self.recording.nccl_env = shareable(report)
         check_json(report, SOURCES_BY_NAME["nccl-env"].max_output_bytes)    # as nccl-env.json would be
+        return report
+
+    def visibility(self) -> dict[str, Any]:
+        """What may hide GPUs from this process (netdoctor.host.visibility): its GPU device nodes
+        (found through this source's sys tree), its variables and cgroup."""
+        report = collect_visibility(sys=self.sys)
+        if self.recording is not None:
+            self.recording.visibility = report
         return report
 
     def proc(self, name: str) -> str | None:

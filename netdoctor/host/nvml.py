@@ -16,6 +16,8 @@ from typing import Any
 
 import structlog
 
+from netdoctor.host.nvml_health import HEALTH_FIELDS, NvmlCaller, gpu_health
+from netdoctor.host.nvml_health import text_of as _text
 from netdoctor.host.types import SysTree
 from netdoctor.util import canonical_pci_address
 
@@ -26,30 +28,6 @@ CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124
 _NVLINK_ABSENT_ERRORS = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INVALID_ARGUMENT")
 
 DmabufQuery = Callable[[str], bool | None]
-
-
-def _text(value: Any) -> Any:
-    # Older nvidia-ml-py versions return bytes for strings.
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else value
-
-
-class _Caller:
-    """Calls NVML functions, turning each failure into None plus an error entry."""
-
-    def __init__(self, nvml: ModuleType, errors: dict[str, str]) -> None:
-        self.nvml = nvml
-        self.errors = errors
-
-    def __call__(self, field: str, function_name: str, *args: Any) -> Any:
-        function = getattr(self.nvml, function_name, None)
-        if function is None:
-            self.errors[field] = f"{function_name} is not available in this nvidia-ml-py"
-            return None
-        try:
-            return _text(function(*args))
-        except self.nvml.NVMLError as error:
-            self.errors[field] = str(error)
-            return None
 
 
 def _error_code(error: Exception) -> int | None:
@@ -188,7 +166,7 @@ def _uuid_text(raw: bytes) -> str:
 _VIRTUALIZATION_MODES = {0: "none", 1: "passthrough", 2: "vgpu", 3: "host_vgpu", 4: "host_vsga"}
 
 
-def _numa_node(call: _Caller, handle: Any, pci_bus_id: str | None, sys: SysTree | None) -> int | None:
+def _numa_node(call: NvmlCaller, handle: Any, pci_bus_id: str | None, sys: SysTree | None) -> int | None:
     value = call("numa_node", "nvmlDeviceGetNumaNodeId", handle)
     if value is None and pci_bus_id is not None and sys is not None:
         # Older drivers lack nvmlDeviceGetNumaNodeId; the kernel knows the same thing.
@@ -206,13 +184,14 @@ def _numa_node(call: _Caller, handle: Any, pci_bus_id: str | None, sys: SysTree 
 
 def _gpu(nvml: ModuleType, index: int, sys: SysTree | None, dmabuf_query: DmabufQuery | None) -> dict[str, Any]:
     errors: dict[str, str] = {}
-    call = _Caller(nvml, errors)
+    call = NvmlCaller(nvml, errors)
     gpu: dict[str, Any] = {"index": index}
     handle = call("handle", "nvmlDeviceGetHandleByIndex", index)
     if handle is None:
         gpu.update({"name": None, "uuid": None, "pci_bus_id": None, "numa_node": None, "pcie": None,
                     "nvlink": None, "fabric": None, "vbios_version": None, "virtualization_mode": None,
-                    "performance_state": None, "dmabuf_supported": None, "errors": errors})
+                    "performance_state": None, "dmabuf_supported": None,
+                    **dict.fromkeys(HEALTH_FIELDS), "errors": errors})
         return gpu
     gpu["name"] = call("name", "nvmlDeviceGetName", handle)
     gpu["uuid"] = call("uuid", "nvmlDeviceGetUUID", handle)
@@ -235,6 +214,7 @@ def _gpu(nvml: ModuleType, index: int, sys: SysTree | None, dmabuf_query: Dmabuf
     gpu["virtualization_mode"] = _VIRTUALIZATION_MODES.get(mode, str(mode)) if mode is not None else None
     state = call("performance_state", "nvmlDeviceGetPerformanceState", handle)
     gpu["performance_state"] = int(state) if state is not None else None
+    gpu.update(gpu_health(nvml, handle, errors))
     gpu["dmabuf_supported"] = None
     if dmabuf_query is not None and gpu["pci_bus_id"]:
         address = canonical_pci_address(gpu["pci_bus_id"])
@@ -267,13 +247,16 @@ def collect_nvml(nvml_module: ModuleType | None = None, sys: SysTree | None = No
         return None, f"no NVIDIA driver: {error}" if _is_no_driver(nvml, error) else f"NVML failed to start: {error}"
     try:
         errors: dict[str, str] = {}
-        call = _Caller(nvml, errors)
+        call = NvmlCaller(nvml, errors)
         report: dict[str, Any] = {
             "driver_version": call("driver_version", "nvmlSystemGetDriverVersion"),
             "cuda_driver_version": call("cuda_driver_version", "nvmlSystemGetCudaDriverVersion"),
             "nvml_version": call("nvml_version", "nvmlSystemGetNVMLVersion"),
         }
         count = call("device_count", "nvmlDeviceGetCount")
+        # NVML's count includes GPUs it cannot open (each then an entry with errors): with the
+        # PCI bus it tells a lost GPU from one this process is not allowed to see.
+        report["device_count"] = int(count) if isinstance(count, int) else None
         report["gpus"] = [_gpu(nvml, index, sys, dmabuf_query) for index in range(int(count or 0))]
         report["errors"] = errors
         return report, "ok"

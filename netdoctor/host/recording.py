@@ -27,6 +27,7 @@ class Recording:
         self.nvml_status: str | None = None
         self.proc: dict[str, bytes] = {}        # PROC_FILES name -> content, written under proc/
         self.nccl_env: dict[str, Any] | None = None
+        self.visibility: dict[str, Any] | None = None   # snapshot.json `visibility`
 
     def add_proc(self, name: str, data: bytes) -> None:
         with self._lock:

@@ -30,6 +30,7 @@ from netdoctor.host.snapshot_limits import check_directory
 from netdoctor.host.sources import SOURCES_BY_NAME
 from netdoctor.host.sysfs import RootedSysTree
 from netdoctor.host.types import NOT_IN_SNAPSHOT, PROC_FILES, CommandResult, CommandSpec, CommandState
+from netdoctor.host.visibility import visibility_from_json
 from netdoctor.util import parse_iso_utc
 
 __all__ = ["SNAPSHOT_FORMAT", "Recording", "SnapshotSource", "open_snapshot", "write_snapshot"]
@@ -87,6 +88,7 @@ class SnapshotSource:
             if isinstance(durations, dict) else {}
         )
         nvml_status = meta.get("nvml_status")
+        self._visibility = visibility_from_json(meta.get("visibility"))
 
         # nvml.json and nccl-env.json over their rows' budgets are sources too large to read,
         # as a live report that large would be (netdoctor.host.live), not a broken snapshot.
@@ -172,6 +174,10 @@ class SnapshotSource:
         if "nccl-env" in self._too_large:
             raise SourceTooLarge(self._too_large["nccl-env"])
         return self._nccl_env
+
+    def visibility(self) -> dict[str, Any] | None:
+        """What hid GPUs from the capturing process (snapshot.json `visibility`); None when not recorded."""
+        return self._visibility
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -317,6 +323,8 @@ def write_snapshot(recording: Recording, path: Path | str, *, host: str, capture
         meta["command_durations"] = durations
     if recording.nvml is None and recording.nvml_status:
         meta["nvml_status"] = recording.nvml_status
+    if recording.visibility is not None:
+        meta["visibility"] = recording.visibility
     entries = _plan(recording, meta)
     try:
         if target.name.endswith((".tar.gz", ".tgz")):

@@ -112,6 +112,11 @@ SOURCES: tuple[Source, ...] = (
     # The matrix is (GPUs + NICs) square plus a legend: 8 GPUs and 18 NICs, ~50 lines, 4 KB.
     Source("nvidia-smi-topo-m", ("nvidia-smi", "topo", "-m"), "netdoctor.parsers.nvidia_smi_topo:parse_nvidia_smi_topo",
            _needs("gpus", "topology"), timeout_s=8.0, max_output_bytes=256 * KiB, max_lines=2_000),
+    # Each interface's IP addresses (sysfs holds none): NCCL finds NCCL_SOCKET_IFNAME's interfaces
+    # only through an address. One JSON line, ~600 bytes per interface: a DGX ~20 interfaces, 12 KB;
+    # a Kubernetes node with 2,000 veths ~1.2 MB.
+    Source("ip-j-addr", ("ip", "-j", "address", "show"), "netdoctor.parsers.ip_addr:parse_ip_addr_json",
+           _needs("nccl-env"), timeout_s=3.0, max_output_bytes=8 * MiB, max_lines=1_000),
     # The only source of "could be" hints for degraded links. It sends SMPs to every
     # switch, so thousands of nodes running it at once in a prolog load the SM. A
     # 2,000-switch fabric prints ~15 MB (~150,000 lines); the cap keeps a runaway tool's memory bounded.

@@ -140,3 +140,8 @@ class NodeSource(Protocol):
     def proc(self, name: str) -> str | None:
         """One of PROC_FILES (`uptime`, ...) as text; None when absent or unreadable."""
         ...
+
+    def visibility(self) -> dict[str, Any] | None:
+        """What may hide GPUs from the process that read the node (snapshot.json `visibility`:
+        netdoctor.host.visibility); None when not known. Optional: a source without it is read as None."""
+        ...

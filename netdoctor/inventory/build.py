@@ -19,6 +19,7 @@ from netdoctor.inventory.from_nccl_env import read_nccl_env
 from netdoctor.inventory.from_neighbors import place_lldp_neighbors
 from netdoctor.inventory.from_nvml import read_nvml
 from netdoctor.inventory.from_pci import read_pci_tree, read_virtualization
+from netdoctor.inventory.from_platform import read_dmi, read_visibility
 from netdoctor.inventory.from_sysfs import (
     gpus_from_pci_bus,
     read_netdevs,
@@ -58,6 +59,8 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
         read_netdevs(draft)
         read_peer_memory(draft)
         read_pci_gpus(draft)
+        read_dmi(draft)
+        read_visibility(draft)
         read_proc(draft)
         port_jobs = _device_jobs(plan, draft.inventory)
         port_tools = pool.submit(source.run, [job.spec for job in port_jobs], deadline)
@@ -67,7 +70,7 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
             read_nccl_env(draft)
         if plan.serves("pcie-tree"):
             read_pci_tree(draft)
-            read_virtualization(draft)
+            read_virtualization(draft)   # after read_dmi and read_nvml: it judges their facts
         sysfs_named_hcas = bool(draft.inventory.hcas)
         node_results = node_tools.result()
         port_results = port_tools.result()

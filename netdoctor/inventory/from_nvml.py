@@ -9,7 +9,7 @@ from typing import Any
 from netdoctor.errors import NetdoctorError
 from netdoctor.host.budgets import SourceTooLarge
 from netdoctor.inventory.merge import Draft, pci
-from netdoctor.inventory.model import NVLINK_ERROR_COUNTERS, Gpu, GpuFabric, NvLink, PcieLink, SourceState
+from netdoctor.inventory.model import NVLINK_ERROR_COUNTERS, Gpu, GpuFabric, GpuMemoryHealth, NvLink, PcieLink, SourceState
 
 
 def _ask_nvml(draft: Draft, wait_until: float | None) -> tuple[dict[str, Any] | None, str]:
@@ -63,6 +63,8 @@ def read_nvml(draft: Draft, wait_until: float | None = None) -> None:
     inventory = draft.inventory
     inventory.driver_version = _as(str, report.get("driver_version"))
     inventory.cuda_driver_version = _as(int, report.get("cuda_driver_version"))
+    count = _as(int, report.get("device_count"))
+    inventory.nvml_device_count = count if count is not None and count >= 0 else None
     errors: list[str] = []
     for entry in report.get("gpus", []):
         if not isinstance(entry, dict) or not isinstance(entry.get("index"), int):
@@ -94,6 +96,7 @@ def read_nvml(draft: Draft, wait_until: float | None = None) -> None:
         gpu.fabric = _fabric(entry.get("fabric"))
         gpu.vbios_version = _as(str, entry.get("vbios_version"))
         gpu.virtualization_mode = _as(str, entry.get("virtualization_mode"))
+        _health(gpu, entry)
         if isinstance(entry.get("errors"), dict) and entry["errors"]:
             gpu.nvml_errors = {str(key): str(value) for key, value in entry["errors"].items()}
             errors.append(f"GPU{gpu.index}: " + ", ".join(f"{key}: {value}" for key, value in sorted(entry["errors"].items())))
@@ -119,6 +122,40 @@ def _nvlinks(entries: Any, version: int | None) -> tuple[NvLink, ...]:
             remote_pci_bus_id=pci(_as(str, entry.get("remote_pci_bus_id"))),
             errors={name: _as(int, counters.get(name)) for name in NVLINK_ERROR_COUNTERS}))
     return tuple(sorted(links, key=lambda link: link.link))
+
+
+def _health(gpu: Gpu, entry: dict[str, Any]) -> None:
+    """CONTRACT 7.2's health fields; any absent or mistyped value stays None (unknown)."""
+    gpu.memory = _memory(entry.get("memory"))
+    gpu.recovery_action = _as(str, entry.get("recovery_action"))
+    reasons = entry.get("clocks_event_reasons")
+    if isinstance(reasons, list) and all(isinstance(reason, str) for reason in reasons):
+        gpu.clocks_event_reasons = tuple(reasons)
+    utilization = _as(int, entry.get("utilization_gpu"))
+    gpu.utilization_gpu = utilization if utilization is not None and 0 <= utilization <= 100 else None
+    replays = _as(int, entry.get("pcie_replay_counter"))
+    gpu.pcie_replay_counter = replays if replays is not None and replays >= 0 else None
+
+
+def _memory(entry: Any) -> GpuMemoryHealth | None:
+    if not isinstance(entry, dict):
+        return None
+    rows = entry.get("remapped_rows") if isinstance(entry.get("remapped_rows"), dict) else {}
+    pages = entry.get("retired_pages") if isinstance(entry.get("retired_pages"), dict) else {}
+    mode = _as(str, entry.get("ecc_mode"))
+    return GpuMemoryHealth(
+        ecc_mode=mode if mode in ("enabled", "disabled") else None,
+        volatile_uncorrected=_count(entry.get("volatile_uncorrected")),
+        aggregate_uncorrected=_count(entry.get("aggregate_uncorrected")),
+        remapped_correctable=_count(rows.get("correctable")), remapped_uncorrectable=_count(rows.get("uncorrectable")),
+        remap_pending=_as(bool, rows.get("pending")), remap_failure=_as(bool, rows.get("failure")),
+        retired_sbe=_count(pages.get("sbe")), retired_dbe=_count(pages.get("dbe")),
+        retired_pending=_as(bool, pages.get("pending")))
+
+
+def _count(value: Any) -> int | None:
+    number = _as(int, value)
+    return number if number is not None and number >= 0 else None
 
 
 def _fabric(entry: Any) -> GpuFabric | None:

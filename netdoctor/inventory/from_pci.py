@@ -95,7 +95,8 @@ def read_virtualization(draft: Draft) -> None:
     modes = sorted({gpu.virtualization_mode for gpu in inventory.gpus if gpu.virtualization_mode})
     vm_modes = [mode for mode in modes if mode in VM_GPU_MODES]
     hypervisor = clean(draft.sys.read("hypervisor/type"))
-    vendor, product = clean(draft.sys.read("class/dmi/id/sys_vendor")), clean(draft.sys.read("class/dmi/id/product_name"))
+    # DMI as from_platform.read_dmi read it (build_inventory runs that first): one reader, one cleaning.
+    vendor, product = (inventory.dmi.sys_vendor, inventory.dmi.product_name) if inventory.dmi else (None, None)
     dmi = hypervisor_in_dmi(vendor, product)
     if vm_modes:
         inventory.virtualization = f"GPU virtualization mode {', '.join(vm_modes)} (NVML)"

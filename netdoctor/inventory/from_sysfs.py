@@ -12,6 +12,7 @@ from collections.abc import Callable
 from netdoctor.errors import NetdoctorError, ParseError
 from netdoctor.inventory.hardware import (
     AMAZON_VENDOR,
+    MELLANOX_VENDOR,
     NVIDIA_GPU_MODELS,
     NVIDIA_VENDOR,
     efa_generation,
@@ -162,9 +163,13 @@ def read_pci_gpus(draft: Draft) -> None:
     found: dict[str, str] = {}
     switches: list[str] = []
     efa: dict[str, str] = {}
+    nics: dict[str, tuple[str, str | None]] = {}
     for address in sorted(draft.sys.listdir("bus/pci/devices")):
         base = f"bus/pci/devices/{address}"
         vendor = draft.sys.read(f"{base}/vendor")
+        if vendor is not None and vendor.strip().lower() == MELLANOX_VENDOR:
+            _read_pci_nic(draft, address, nics)
+            continue
         if vendor is not None and vendor.strip().lower() == AMAZON_VENDOR:
             # EFA functions, bound or not: a device that lost its driver is still named.
             device = sysfs_values.pci_id(draft.sys.read(f"{base}/device"))
@@ -183,6 +188,20 @@ def read_pci_gpus(draft: Draft) -> None:
     draft.inventory.pci_gpus = found
     draft.inventory.nvswitches = tuple(switches)
     draft.inventory.pci_efa = efa
+    draft.inventory.pci_nics = nics
+
+
+def _read_pci_nic(draft: Draft, address: str, nics: dict[str, tuple[str, str | None]]) -> None:
+    """A ConnectX/BlueField network function (class 0x02xx) with its driver, whether or not an RDMA
+    device came of it (mlx5_ib makes that); SR-IOV virtual functions are their PF's, not counted."""
+    base = f"bus/pci/devices/{address}"
+    canonical = pci(address)
+    if canonical is None or not (clean(draft.sys.read(f"{base}/class")) or "").lower().startswith("0x02"):
+        return
+    if draft.sys.exists(f"{base}/physfn"):
+        return
+    device = sysfs_values.pci_id(draft.sys.read(f"{base}/device"))
+    nics[canonical] = (device or "", clean(draft.sys.link_name(f"{base}/driver")) or None)
 
 
 def gpus_from_pci_bus(draft: Draft) -> None:

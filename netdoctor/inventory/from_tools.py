@@ -40,6 +40,7 @@ from netdoctor.inventory.model import (
 from netdoctor.parsers import sysfs_values
 from netdoctor.parsers.ibdev2netdev import NetdevMapping
 from netdoctor.parsers.iblinkinfo import FabricLink
+from netdoctor.parsers.ip_addr import InterfaceAddresses
 from netdoctor.parsers.ibstat import IbstatCa
 from netdoctor.parsers.ibv_devinfo import IbvDevice
 from netdoctor.parsers.mlnx_qos import MlnxQos
@@ -235,6 +236,16 @@ def _join_service(unit: str) -> Joiner:
     return join
 
 
+def join_ip_addr(draft: Draft, interfaces: dict[str, InterfaceAddresses], fields: Mapping[str, str]) -> None:
+    """Each known netdev's IP addresses (the netdevs source names the interfaces: one only `ip`
+    lists is not added, and a netdev `ip` does not list keeps None, not read)."""
+    for netdev in draft.inventory.netdevs:
+        entry = interfaces.get(netdev.name)
+        if entry is not None:
+            draft.merge(netdev, {"addresses": entry.addresses}, "ip-j-addr", netdev.name)
+            netdev.sources += ("ip-j-addr",)
+
+
 def join_lldpctl(draft: Draft, neighbors: dict[str, LldpNeighbor], fields: Mapping[str, str]) -> None:
     """What lldpd heard per interface; placed on the RDMA ports once netdevs are known (build._join)."""
     draft.inventory.lldp = dict(neighbors)
@@ -277,6 +288,7 @@ JOINERS: dict[str, Joiner] = {
     "smpquery-nodeinfo-{dev}-{port}": join_smpquery_nodeinfo,
     "smpquery-nodedesc-{dev}-{port}": join_smpquery_nodedesc,
     "lldpctl-json": join_lldpctl,
+    "ip-j-addr": join_ip_addr,
     "ofed_info-s": join_ofed_info,
     "nv-fabricmanager-version": join_fabric_manager_version,
 }

@@ -87,13 +87,29 @@ NVIDIA_GPU_MODELS: dict[str, str] = {
     "0x20b2": "NVIDIA A100-SXM4-80GB",
     "0x20b5": "NVIDIA A100 80GB PCIe",
     "0x20f1": "NVIDIA A100-PCIE-40GB",
+    "0x2321": "NVIDIA H100 NVL",
     "0x2330": "NVIDIA H100 80GB HBM3",
     "0x2331": "NVIDIA H100 PCIe",
     "0x2335": "NVIDIA H200",
+    "0x233b": "NVIDIA H200 NVL",
+    "0x2901": "NVIDIA B200",
     "0x26b5": "NVIDIA L40",
     "0x26b9": "NVIDIA L40S",
     "0x27b8": "NVIDIA L4",
 }
+
+
+# Mellanox (NVIDIA networking) PCI vendor id: ConnectX and BlueField functions. Their CA type
+# is `MT` + the PCI device id in decimal (0x1021 -> MT4129, ConnectX-7).
+MELLANOX_VENDOR = "0x15b3"
+
+
+def ca_type_of_device(device_id: str | None) -> str | None:
+    """`MT4129` for PCI device `0x1021`; None for anything that is not a hex device id."""
+    try:
+        return f"MT{int((device_id or '').strip(), 16)}"
+    except ValueError:
+        return None
 
 
 def is_nvidia_gpu_function(vendor: str | None, pci_class: str | None) -> bool:

@@ -201,11 +201,28 @@ class Netdev:
     bond_slaves: tuple[str, ...] = ()
     driver: str | None = None         # the PCI function's kernel driver: gve (GCP gVNIC), ena, mlx5_core
     numa_node: int | None = None
+    addresses: tuple[str, ...] | None = None   # IP addresses (`10.0.0.1/24`); None: not read
     sources: tuple[str, ...] = ()
 
     @property
     def is_ipoib(self) -> bool:
         return self.arp_type == 32
+
+
+@dataclass(frozen=True)
+class GpuMemoryHealth:
+    """NVML's memory health of one GPU (CONTRACT 7.2 `memory`); None: NVML did not say."""
+
+    ecc_mode: str | None = None                # "enabled" | "disabled" (current mode)
+    volatile_uncorrected: int | None = None    # uncorrectable ECC errors since the driver loaded
+    aggregate_uncorrected: int | None = None   # ... over the GPU's life
+    remapped_correctable: int | None = None    # rows remapped for correctable errors
+    remapped_uncorrectable: int | None = None
+    remap_pending: bool | None = None          # a remap waits for a GPU reset
+    remap_failure: bool | None = None          # a remap failed: no spare row left
+    retired_sbe: int | None = None             # pages retired (pre-Ampere page retirement)
+    retired_dbe: int | None = None
+    retired_pending: bool | None = None
 
 
 @dataclass
@@ -226,6 +243,11 @@ class Gpu:
     fabric: GpuFabric | None = None
     vbios_version: str | None = None
     virtualization_mode: str | None = None   # none | passthrough | vgpu | host_vgpu | ... (NVML)
+    memory: GpuMemoryHealth | None = None
+    recovery_action: str | None = None       # none | gpu_reset | node_reboot | drain_p2p | drain_and_reset
+    clocks_event_reasons: tuple[str, ...] | None = None   # NVML's set bits: gpu_idle, hw_slowdown, ...
+    utilization_gpu: int | None = None       # percent of the last sample period a kernel ran
+    pcie_replay_counter: int | None = None   # PCIe link replays since the driver loaded
     nvml_errors: dict[str, str] = field(default_factory=dict)   # NVML field -> error ("GPU is lost")
     sources: tuple[str, ...] = ()
 
@@ -258,6 +280,36 @@ class PeerMemory:
     gdrdrv: bool | None = None
 
 
+@dataclass(frozen=True)
+class Dmi:
+    """The platform as its firmware names it (/sys/class/dmi/id); None: not readable."""
+
+    sys_vendor: str | None = None      # NVIDIA, Supermicro, Dell Inc.
+    product_name: str | None = None    # DGXH100
+    board_name: str | None = None
+    board_vendor: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcessVisibility:
+    """What may hide GPUs from this process on purpose (snapshot.json `visibility`): the
+    variables that narrow CUDA/NVML, a SLURM job or step this process runs in, a container.
+    None: not known (an older snapshot, or not read)."""
+
+    cuda_visible_devices: str | None = None    # CUDA_VISIBLE_DEVICES (CUDA's view; NVML ignores it)
+    nvidia_visible_devices: str | None = None  # NVIDIA_VISIBLE_DEVICES (the container runtime's)
+    slurm_job_id: str | None = None            # SLURM_JOB_ID: this process runs inside a job
+    slurm_step_id: str | None = None
+    slurm_gpus: str | None = None              # SLURM_STEP_GPUS, else SLURM_JOB_GPUS: the GPUs the job was given
+    container: str | None = None               # /.dockerenv, /run/.containerenv, or the container variable
+    cgroup: str | None = None                  # this process's cgroup path (/proc/self/cgroup)
+    kubernetes_service_host: str | None = None  # KUBERNETES_SERVICE_HOST: set in every Kubernetes pod
+    # Bus address -> whether this process could open the GPU's /dev/nvidia<minor>: "ok", "absent"
+    # (not in its /dev: a container), "denied" (a device cgroup), "unknown". The only evidence that
+    # a GPU is hidden on purpose; the fields above only say by whom. None: not recorded.
+    device_nodes: dict[str, str] | None = field(default=None, hash=False)
+
+
 @dataclass
 class Inventory:
     host: str
@@ -266,6 +318,8 @@ class Inventory:
     driver_version: str | None = None
     cuda_driver_version: int | None = None
     gpus: list[Gpu] = field(default_factory=list)
+    nvml_device_count: int | None = None       # NVML's device count, GPUs it cannot open included
+    dmi: Dmi | None = None
     hcas: list[Hca] = field(default_factory=list)
     netdevs: list[Netdev] = field(default_factory=list)
     pcie: dict[str, PcieLink] = field(default_factory=dict)   # sysfs links of GPUs and NICs
@@ -275,6 +329,10 @@ class Inventory:
     # AWS EFA functions on the PCI bus (address -> PCI device id), bound to a driver or not;
     # None when the PCI bus was not read.
     pci_efa: dict[str, str] | None = None
+    # Mellanox/NVIDIA networking physical functions on the PCI bus (address -> (PCI device id,
+    # bound driver or None)), with or without an RDMA device; None when the PCI bus was not read.
+    pci_nics: dict[str, tuple[str, str | None]] | None = None
+    visibility: ProcessVisibility | None = None   # what may hide GPUs from this process (inventory)
     topology: Topology | None = None
     peer_memory: PeerMemory = field(default_factory=PeerMemory)
     nvidia_module_loaded: bool | None = None   # /sys/module/nvidia: the kernel driver is loaded

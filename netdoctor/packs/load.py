@@ -33,6 +33,21 @@ SYSTEM_SITE_PATH = Path("/etc/netdoctor/rules.toml")
 SITE_ENV_VAR = "NETDOCTOR_RULES"
 # A rule pack is a page of TOML; anything near this size is not one.
 MAX_PACK_BYTES = 1 << 20
+# Settings a check no longer reads: a pack or site file that still sets one loads, with a
+# deprecation line in the log, instead of failing the typo guard. Section -> key -> why.
+RETIRED_SETTINGS: dict[str, dict[str, str]] = {
+    "pcie-link": {
+        "power_saving_min_pstate": "GPU link speed is judged by NVML utilization (busy_min_utilization), "
+                                   "not the P-state (Hopper idles in P0)",
+        "unknown_pstate_severity": "a GPU below its max gen with unknown load is power saving (pass)",
+    },
+    "nvlink": {
+        "judged_counters": "replay/recovery are judged by growth, CRC by rate per second (crc_per_second_fail)",
+        "error_growth_per_hour_warn": "any replay/recovery growth warns, as DCGM's NVLink health watch counts it",
+        "error_growth_per_hour_fail": "replaced by replay_per_hour_fail and recovery_per_hour_fail",
+        "error_level_warn": "with no earlier reading the count is judged as a rate over the uptime",
+    },
+}
 
 PORT_CLASS_FIELDS = {
     "description": str,
@@ -55,6 +70,8 @@ MATCH_FIELDS: dict[str, type | tuple[type, ...]] = {
     "min_port_rate_gbps": (int, float),
     "min_gpu_netdevs": int,
     "max_gpu_netdevs": int,
+    "platforms": list,           # platform ids (netdoctor.inventory.platform): DGXH100, HGX_H100_8GPU, ...
+    "min_nvswitches": int,
 }
 
 
@@ -77,7 +94,7 @@ def _read_toml(path: Path, what: str) -> dict[str, Any]:
         data = read_regular(path, MAX_PACK_BYTES)
         if data is None:
             raise RulesError(f"{what} {path} does not exist")
-        return tomllib.loads(data.decode("utf-8"))
+        return _without_retired(tomllib.loads(data.decode("utf-8")), path)
     except UnicodeDecodeError as error:
         raise RulesError(f"{what} {path} is not UTF-8 text: {error}") from None
     except tomllib.TOMLDecodeError as error:
@@ -86,6 +103,19 @@ def _read_toml(path: Path, what: str) -> dict[str, Any]:
         raise RulesError(f"{what} {path} is too large: {error}") from None
     except OSError as error:         # including UnsafePath: another user's file in a shared directory
         raise RulesError(f"{what} {path} cannot be read: {error.strerror or error}") from None
+
+
+def _without_retired(data: dict[str, Any], path: Path) -> dict[str, Any]:
+    """The file's data without RETIRED_SETTINGS keys, each logged as deprecated and ignored."""
+    for section, retired in RETIRED_SETTINGS.items():
+        table = data.get(section)
+        if not isinstance(table, dict):
+            continue
+        for key in sorted(set(table) & set(retired)):
+            del table[key]
+            log.warning("deprecated rule setting ignored", file=str(path), setting=f"[{section}] {key}",
+                        why=retired[key])
+    return data
 
 
 def _resolve_extends(name: str, relative_to: Path) -> Path:
@@ -191,8 +221,11 @@ def _deep_merge(base: Mapping[str, Any], override: Mapping[str, Any], *, path: t
 
 
 def _may_add(path: tuple[str, ...]) -> bool:
-    # A site may define new port classes (and any field of one) and new [grade] lists.
+    # A site may define new port classes (and any field of one), new [grade] lists and its own
+    # grade of any Xid (`[kernel-events.xid_severity] "13" = "warn"`, netdoctor 0.2's form).
     if path[0] == "port-classes":
+        return True
+    if path[:2] == ("kernel-events", "xid_severity") and len(path) == 3:
         return True
     return path[0] == "grade" and len(path) == 2
 

@@ -3,6 +3,14 @@
 Auto-selection: every bundled pack whose `[pack.match]` holds for the inventory is a
 candidate and the highest `priority` wins (ties: the alphabetically first name, so the
 choice is deterministic). `match_reasons` says what held, for `netdoctor rules`.
+
+A node keeps its platform's pack when hardware is lost: GPU names come from NVML, from the PCI
+bus (device ids) and from the platform DMI names (netdoctor.inventory.platform); HCA types from
+the RDMA devices and from the ConnectX functions on the PCI bus (with or without `mlx5_ib`);
+the `platforms` and `min_nvswitches` keys ask what the node is, not how many devices it shows.
+So a DGX H100 with 7 GPUs, or with its RDMA stack unloaded, still gets `dgx-h100`, whose
+`inventory` check then fails. `min_gpus` counts the GPUs on the bus or in NVML, whichever is
+more (a site pack's form; the bundled packs do not use it).
 """
 
 from __future__ import annotations
@@ -17,9 +25,17 @@ from typing import Any
 import structlog
 
 from netdoctor.errors import RulesError
+from netdoctor.inventory.hardware import ca_type_of_device
 from netdoctor.inventory.model import Inventory, Port, PortState
+from netdoctor.inventory.platform import gpu_names, node_platform
 from netdoctor.inventory.queries import gpu_fabric_netdevs, physical_function
-from netdoctor.packs.load import DEFAULT_PACK, RULES_PACKAGE, bundled_packs, load_pack, read_pack
+from netdoctor.packs.load import (
+    DEFAULT_PACK,
+    RULES_PACKAGE,
+    bundled_packs,
+    load_pack,
+    read_pack,
+)
 from netdoctor.packs.model import PortClass, RulePack
 
 log = structlog.get_logger(__name__)
@@ -84,32 +100,66 @@ def _describe_fabric_filter(match: Mapping[str, Any]) -> str:
     return " ".join(["RDMA ports", *parts])
 
 
+def _bus_ca_types(inventory: Inventory) -> set[str]:
+    """CA types of the ConnectX functions on the PCI bus, whether or not an RDMA device came of them."""
+    return {ca_type for device, _driver in (inventory.pci_nics or {}).values()
+            if (ca_type := ca_type_of_device(device)) is not None}
+
+
+def _identity_reasons(match: Mapping[str, Any], inventory: Inventory) -> tuple[bool, list[str]]:
+    """`platforms`, `gpu_name`, `min_nvswitches`: what the node is."""
+    held: list[str] = []
+    platform = node_platform(inventory)
+    if "platforms" in match:
+        if platform is None or platform.id not in match["platforms"]:
+            have = f"{platform.id} ({platform.basis})" if platform else "not known"
+            return False, [f"platform is not {' or '.join(match['platforms'])} (platform {have})"]
+        held.append(f"platform {platform.id} ({platform.basis})")
+    if "gpu_name" in match:
+        pattern = re.compile(match["gpu_name"])
+        names = list(dict.fromkeys(gpu_names(inventory) + list(platform.gpu_names if platform else ())))
+        hit = next((name for name in names if pattern.search(name)), None)
+        if hit is None:
+            return False, [f"no GPU name matches {match['gpu_name']!r} (have {', '.join(names) or 'none'})"]
+        held.append(f"GPU {hit!r} matches {match['gpu_name']!r}")
+    if "min_nvswitches" in match:
+        switches = len(inventory.nvswitches or ())
+        if switches < match["min_nvswitches"]:
+            return False, [f"{switches} NVSwitches on the PCI bus, fewer than {match['min_nvswitches']}"]
+        held.append(f"{switches} NVSwitches on the PCI bus")
+    return True, held
+
+
 def match_reasons(data: Mapping[str, Any], classes: list[PortClass], inventory: Inventory) -> tuple[bool, list[str]]:
     """Whether a pack's `[pack.match]` holds for this inventory, and what held (or first failed)."""
     match = data.get("pack", {}).get("match", {})
-    held: list[str] = []
-    if "gpu_name" in match:
-        pattern = re.compile(match["gpu_name"])
-        names = [gpu.name for gpu in inventory.gpus if gpu.name]
-        hit = next((name for name in names if pattern.search(name)), None)
-        if hit is None:
-            return False, [f"no GPU name matches {match['gpu_name']!r}"]
-        held.append(f"GPU {hit!r} matches {match['gpu_name']!r}")
+    holds, held = _identity_reasons(match, inventory)
+    if not holds:
+        return False, held
     if "hca_types" in match:
-        types = sorted({hca.ca_type for hca in inventory.hcas if hca.ca_type})
+        rdma_types = {hca.ca_type for hca in inventory.hcas if hca.ca_type}
+        types = sorted(rdma_types | _bus_ca_types(inventory))
         hit_types = [ca_type for ca_type in types if ca_type in match["hca_types"]]
         if not hit_types:
             return False, [f"no HCA of type {', '.join(match['hca_types'])} (have {', '.join(types) or 'none'})"]
-        held.append(f"HCA type {', '.join(hit_types)}")
+        on_bus_only = [ca_type for ca_type in hit_types if ca_type not in rdma_types]
+        held.append(f"HCA type {', '.join(hit_types)}" + (" (on the PCI bus, no RDMA device)" if on_bus_only else ""))
     if "link_layer" in match:
         layers = _compute_link_layers(inventory, classes)
-        if match["link_layer"] not in layers:
+        if not layers and not inventory.ports and inventory.pci_nics:
+            # ConnectX functions without RDMA devices (mlx5_ib not loaded): no port tells the
+            # link layer, and the node keeps its pack so that `inventory` names what is missing.
+            held.append(f"no RDMA port to tell the link layer ({len(inventory.pci_nics)} ConnectX functions on the "
+                        "PCI bus)")
+        elif match["link_layer"] not in layers:
             return False, [f"compute ports are not {match['link_layer']} (have {', '.join(sorted(layers)) or 'none'})"]
-        held.append(f"compute ports are {match['link_layer']}")
+        else:
+            held.append(f"compute ports are {match['link_layer']}")
     if "min_gpus" in match:
-        if len(inventory.gpus) < match["min_gpus"]:
-            return False, [f"{len(inventory.gpus)} GPUs, fewer than {match['min_gpus']}"]
-        held.append(f"{len(inventory.gpus)} GPUs")
+        count = max(len(inventory.gpus), len(inventory.pci_gpus or {}))
+        if count < match["min_gpus"]:
+            return False, [f"{count} GPUs, fewer than {match['min_gpus']}"]
+        held.append(f"{count} GPUs")
     if "has_rdma" in match:
         has_rdma = bool(inventory.ports)
         if has_rdma != match["has_rdma"]:

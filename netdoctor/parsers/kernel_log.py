@@ -6,6 +6,12 @@ whole text finds them (a 100,000-line log costs milliseconds, benchmarks/results
 and each found line is read for its time and its event:
 
 * GPU Xid:   `NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus.`
+             (older drivers: `NVRM: Xid (0000:03:00): 14, Channel 00000001`, NVIDIA's Xid catalog);
+             Xid 154 names the driver's recovery action, which `recovery_action` reads:
+             `NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)`
+* driver:    `NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)`
+             (proprietary: `NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.120  Fri Sep 13 ...`):
+             the driver was (re)loaded; every GPU's earlier events are history
 * NVSwitch:  `nvidia-nvswitch3: SXid (PCI:0000:07:00.0): 20034, Fatal, Link 30 LTSSM Fault Up`
              (the `..., Severity 1 Engine instance 60 ...` and `..., Data {...}` lines newer
              drivers log after it are details of that error, not errors of their own)
@@ -33,7 +39,7 @@ from datetime import datetime, timezone
 from netdoctor.errors import ParseError
 from netdoctor.parsers.common import require_text
 from netdoctor.util import canonical_pci_address
-from netdoctor.vocabulary import KernelEventKind
+from netdoctor.vocabulary import RECOVERY_ACTIONS, KernelEventKind
 
 SOURCE = "dmesg"
 MAX_MESSAGE_CHARS = 300
@@ -45,12 +51,19 @@ _AROUND = 160          # characters read on either side of an event keyword
 MAX_EVENT_LINES = 20_000
 
 # A line that may hold an event; the scan looks for these words only.
-_CANDIDATE = re.compile(r"Xid \(PCI:|Link (?:up|down)|NIC Link is (?:Up|Down)|AER: ")
+_CANDIDATE = re.compile(r"Xid \((?:PCI:)?[0-9A-Fa-f]|Link (?:up|down)|NIC Link is (?:Up|Down)|AER: |NVRM: loading NVIDIA UNIX")
 _ISO_DMESG = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:[,.](\d+))?([+-]\d\d:?\d\d|Z)? ")
 _JOURNAL_HOST = re.compile(r"\S+ kernel: ")
 _PLAIN = re.compile(r"\[\s*(\d+\.\d+)\] ")
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)")
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+)")
 _SXID = re.compile(r"SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)")
+_DRIVER = re.compile(r"NVRM: loading NVIDIA UNIX (?:Open Kernel Module for \S+|\S+ Kernel Module) +(\d+(?:\.\d+)+)")
+# Xid 154: "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)" (NVIDIA's Xid
+# catalog); the values are nvmlGpuRecoveryAction_t, named here as NVML (and nvml.json) name them.
+_RECOVERY = re.compile(r"recovery action changed from (0x[0-9A-Fa-f]+|\d+) \(([^)]*)\) "
+                       r"to (0x[0-9A-Fa-f]+|\d+) \(([^)]*)\)")
+_RECOVERY_WORDS = {"none": "none", "gpu reset required": "gpu_reset", "node reboot required": "node_reboot",
+                   "drain p2p": "drain_p2p", "drain and reset": "drain_and_reset"}
 _LINK = re.compile(r"(?:mlx5_core|mlx4_core|ib_\w+|bnxt_en|ice|i40e)? ?([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)?"
                    r" ?([\w.@-]+): (?:NIC )?Link (?:is )?(up|down|Up|Down)")
 _AER = re.compile(r"AER: (?:Multiple )?(Corrected|Uncorrected \((?:Non-Fatal|Fatal)\)) errors? received: "
@@ -68,6 +81,15 @@ class KernelLogLine:
     code: int | None = None         # Xid / SXid number
     fatal: bool | None = None       # SXid: Fatal vs Non-fatal, as the line says
     message: str = ""
+
+
+@dataclass(frozen=True)
+class RecoveryAction:
+    """What an Xid 154 line says the driver's recovery action changed to."""
+
+    action: str | None              # NVML's name (`gpu_reset`, `node_reboot`, ...); None: a value NVML does not name
+    value: int                      # the number logged (`0x2`)
+    words: str                      # the driver's own words (`Node Reboot Required`)
 
 
 @dataclass(frozen=True)
@@ -175,10 +197,27 @@ def _event(head: str, around: str | None) -> KernelLogLine | None:
         kind = KernelEventKind.AER_CORRECTED if match.group(1) == "Corrected" else KernelEventKind.AER_UNCORRECTED
         address = _pci(match.group(2))
         return KernelLogLine(kind, address, moment, since_boot, message=message) if address else None
+    if (match := _DRIVER.search(body)) is not None:
+        return KernelLogLine(KernelEventKind.DRIVER_LOAD, match.group(1), moment, since_boot, message=message)
     if (match := _LINK.search(body)) is not None:
         kind = KernelEventKind.LINK_DOWN if match.group(3).lower() == "down" else KernelEventKind.LINK_UP
         return KernelLogLine(kind, match.group(2), moment, since_boot, message=message)
     return None
+
+
+def recovery_action(message: str) -> RecoveryAction | None:
+    """The action an Xid 154 line changed to; None when the line does not say it in the
+    driver's form. The number decides (nvmlGpuRecoveryAction_t); the words are kept as logged."""
+    match = _RECOVERY.search(message)
+    if match is None:
+        return None
+    number = match.group(3)
+    value = int(number, 16) if number[:2] in ("0x", "0X") else int(number)
+    words = match.group(4).strip()
+    action = RECOVERY_ACTIONS.get(value)
+    if action is None:
+        action = _RECOVERY_WORDS.get(words.lower())
+    return RecoveryAction(action, value, words)
 
 
 def _pci(text: str) -> str | None:

@@ -13,6 +13,7 @@ plugin 1.11, `Libfabric` from 1.13; `NET/OFI` lines), GCP's GPUDirect-TCPX
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from netdoctor.errors import NothingToParse
@@ -204,10 +205,20 @@ class NcclLogFacts:
             hosts[connection.host] = hosts.get(connection.host, True) and bool(connection.gdr)
         return hosts
 
+    def in_network_algorithm(self, sizes: Iterable[int] | None = None) -> str | None:
+        """The in-network algorithm (CollNet/NVLS) NCCL chose for a collective of one of `sizes`
+        bytes (any size it logged, when None): the one of the largest such size; None when NCCL
+        chose none, or its TUNING lines are not in the log."""
+        chosen = [(size, algorithm) for size, algorithm in self.algorithms.items()
+                  if algorithm in IN_NETWORK_ALGORITHMS and (sizes is None or size in sizes)]
+        return max(chosen)[1] if chosen else None
+
     @property
     def sharp_used(self) -> bool:
-        """In-network reduction: CollNet channels through a SHARP plugin."""
-        return any("SHARP" in connection.via.upper() for connection in self.collnet) or self.sharp_initialized
+        """In-network reduction carried a measured collective: NCCL's TUNING line names CollNet or
+        NVLS for it. CollNet channels connected, or `SHARP rank N/M initialized`, only say SHARP
+        could have been used (`sharp_initialized`, `collnet`): NCCL may still choose RING/TREE."""
+        return self.in_network_algorithm() is not None
 
     @property
     def nvlink_between_gpus(self) -> bool | None:
@@ -296,7 +307,13 @@ _COLLNET = re.compile(r"^CollNet (\d+)(?:/\d+)? : (\d+)(?: \[(?:send|receive)\])
 _SHARP_RANK = re.compile(r"^SHARP rank \d+/\d+ initialized")
 _PLUGIN_PATH = re.compile(r"^(?:Plugin Path : |Successfully loaded external plugin |NET/Plugin ?: Loaded net plugin )(.+?)\s*$")
 _PLUGIN_MISSING = re.compile(r"^NET/Plugin ?: (?:No plugin found|Could not find:?) ?\(?libnccl-net")
-_ALGO = re.compile(r"^\w+: (\d+) Bytes -> Algo (\w+) proto")
+# TUNING, rank 0, per collective (src/enqueue.cc): `AllReduce: 8388608 Bytes -> Algo RING proto SIMPLE ...` (2.24+),
+# `AllReduce: 8388608 Bytes -> Algo 1 proto 2 time 96.3` (2.23), without `AllReduce: ` before.
+_ALGO = re.compile(r"^(?:\w+: )?(\d+) Bytes -> Algo (\w+) proto")
+# NCCL_ALGO_* (src/include/plugin/nccl_tuner.h; nccl_common.h before 2.24): the numbers older logs print.
+ALGORITHM_NAMES = ("TREE", "RING", "COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE", "PAT")
+# Reduction in the network: CollNet (the SHARP plugin, IB switches), NVLS (NVLink SHARP, NVSwitch), NVLS_TREE both.
+IN_NETWORK_ALGORITHMS = frozenset({"COLLNET_DIRECT", "COLLNET_CHAIN", "NVLS", "NVLS_TREE"})
 _CHANNEL = re.compile(
     r"^(?:Channel|Ring) (\d+)(?:/\d+)? : (\d+)(?:\[\w+\])? -> (\d+)(?:\[\w+\])?(?: \[(send|receive)\])? via (.+)$")
 _RING_SUMMARY = re.compile(r"^Channel (\d+)/(\d+) :(?: +\d+)+\s*$")
@@ -396,7 +413,9 @@ def parse_nccl_log(text: str) -> NcclLogFacts:
         elif _PLUGIN_MISSING.match(body):
             net_plugin_missing = True
         elif match := _ALGO.match(body):
-            algorithms[int(match[1])] = match[2]
+            name = match[2].upper()
+            algorithms[int(match[1])] = (ALGORITHM_NAMES[int(name)] if name.isdigit() and int(name) < len(ALGORITHM_NAMES)
+                                         else name)
         elif match := _RING_SUMMARY.match(body):
             ring_channels = max(ring_channels or 0, int(match[2]))
         elif match := _COLL_CHANNELS.match(body):

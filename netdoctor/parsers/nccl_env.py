@@ -192,3 +192,77 @@ def parse_device_filter(text: str) -> DeviceFilter:
 
 
 _NAMED_ENTRY = re.compile(r"(?:^|,)[^,:]")     # an entry with a name (`,:1` and `,,` name none)
+
+
+# -- numbers and names as NCCL reads them ----------------------------------------------------------
+# NCCL_PARAM settings (NCCL_IB_DISABLE, NCCL_SHM_DISABLE, NCCL_IB_GID_INDEX, ...) go through
+# ncclLoadParam (src/misc/param.cc): an empty value keeps the default, else
+# `strtoll(str, nullptr, 0)`, and only an out-of-range value (errno ERANGE) keeps the default.
+# glibc's strtoll skips leading white space, takes a sign, then `0x` hex, `0` octal or decimal
+# digits, and stops at the first other character without an error: "true" is 0, "1abc" 1,
+# " 2" 2, "0x10" 16, "010" 8, "08" 0.
+_C_SPACE = " \t\n\v\f\r"
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+# src/graph/topo.cc topoPathTypeStr, the names ncclGetLevel compares with strcmp (case matters),
+# LOC..SYS; and levelsOldToNew (src/graph/paths.cc) for the old numeric levels 0..5.
+PATH_LEVELS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
+_OLD_LEVELS = ("LOC", "PIX", "PXB", "PHB", "SYS", "SYS")
+
+
+def c_strtoll(text: str) -> tuple[int, bool, str]:
+    """C's `strtoll(text, &end, 0)` on glibc: (value, out of range, the text after the number)."""
+    rest = text.lstrip(_C_SPACE)
+    sign = -1 if rest[:1] == "-" else 1
+    if rest[:1] in "+-" and rest:
+        rest = rest[1:]
+    if rest[:2].lower() == "0x" and rest[2:3] and rest[2:3] in "0123456789abcdefABCDEF":
+        base, rest = 16, rest[2:]
+        digits = "0123456789abcdefABCDEF"
+    elif rest[:1] == "0":
+        base, digits = 8, "01234567"
+    else:
+        base, digits = 10, "0123456789"
+    count = 0
+    while count < len(rest) and rest[count] in digits:
+        count += 1
+    if count == 0:
+        return 0, False, text            # no conversion: 0, and end points at the start
+    value = sign * int(rest[:count], base)
+    if value > INT64_MAX:
+        return INT64_MAX, True, rest[count:]
+    if value < INT64_MIN:
+        return INT64_MIN, True, rest[count:]
+    return value, False, rest[count:]
+
+
+def nccl_integer(value: str) -> int | None:
+    """An NCCL_PARAM setting as NCCL reads it; None where NCCL keeps its default (empty, out of range)."""
+    if not value:
+        return None
+    number, out_of_range, _ = c_strtoll(value)
+    return None if out_of_range else number
+
+
+def nccl_c_int(value: str) -> int:
+    """`(int) strtol(str, NULL, 0)` as ncclGetLevel reads NCCL_P2P_DISABLE: no default, no range
+    check, the long cut to 32 bits (4294967297 reads as 1)."""
+    number = c_strtoll(value)[0] & 0xFFFFFFFF
+    return number - (1 << 32) if number >= 1 << 31 else number
+
+
+def is_plain_integer(value: str) -> bool:
+    """Does NCCL read the whole text as the number a person sees (`1`, `0`, `-1`, `0x10`)?"""
+    number, out_of_range, rest = c_strtoll(value)
+    return bool(value) and not out_of_range and not rest and value.strip(_C_SPACE) == value
+
+
+def nccl_path_level(value: str) -> str | None:
+    """NCCL_P2P_LEVEL / NCCL_NET_GDR_LEVEL as ncclGetLevel reads them: a path name compared with
+    strcmp (`LOC`, not `loc`), else, when the text starts with a digit, an old numeric level
+    (0 LOC, 1 PIX, 2 PXB, 3 PHB, 4-5 SYS); None: NCCL ignores the setting."""
+    if value in PATH_LEVELS:
+        return value
+    if value[:1].isdigit() and value[:1].isascii():
+        old = nccl_c_int(value)
+        return _OLD_LEVELS[min(old, len(_OLD_LEVELS) - 1)] if old >= 0 else None
+    return None
