@@ -241,7 +241,7 @@ def _judge_remapping(out: GpuJudgement, memory: GpuMemoryHealth) -> None:
                     f"row remapping failed ({_count(memory.remapped_uncorrectable)} rows remapped for "
                     "uncorrectable errors): a bank has no spare row left, NVIDIA's RMA criterion",
                     "drain the node; " + DIAG, rows)
-    if memory.remap_pending and memory.volatile_uncorrected and _contained(memory):
+    if memory.volatile_uncorrected and _contained(memory):
         pass                            # said by the contained uncorrectable finding, with its reset
     elif memory.remap_pending:
         out.problem(ctx.severity("remap_pending_severity"), "remap_pending_severity",
