@@ -42,6 +42,8 @@ log = structlog.get_logger(__name__)
 DEFAULT_STATE_PATH = Path("/var/lib/netdoctor/state.json")
 # The id of the finding that says why a run has no counter history (not a check, like `plugins`).
 COUNTER_HISTORY = "counter-history"
+# Checks with these needs judge counters by growth: the run reads (and stores) the counter history.
+HISTORY_NEEDS = frozenset({"counters", "phy"})
 # Hidden, for tests and benchmarks only: judge a copied /sys tree (a fixture's sys/) as if
 # it were this node's, with whatever tools are on PATH. Not for operators: a live run
 # against a foreign tree mixes that tree with this node's NVML and hostname.
@@ -222,7 +224,7 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
 
         pack = load_rules(options.rules, inventory, env=environment)
         history, history_notes = None, []
-        if any("counters" in check.needs for check in selected):
+        if any(HISTORY_NEEDS.intersection(check.needs) for check in selected):
             history, history_notes = counter_history(options, inventory, environment, is_snapshot=node.is_snapshot,
                                                      deadline=discovery_deadline)
         probe_deadline = deadline - reserve_s

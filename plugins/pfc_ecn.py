@@ -23,10 +23,9 @@ from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import LinkLayer, Netdev, Port
 from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
+from netdoctor_plugins.pfc_ecn_chain import judge_chain
 
 CHECK_ID = "pfc-ecn"
-
-
 
 
 def _rdma_priority(ctx: CheckContext) -> int:
@@ -89,6 +88,7 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
                 f"non-RDMA traffic", evidence=evidence, rule="allow_pfc_on_other_priorities",
                 remedy=f"enable PFC only on priority {priority}: mlnx_qos -i {name} --pfc "
                        f"{','.join('1' if p == priority else '0' for p in range(8))}"))
+        problems += judge_chain(ctx, name, netdev, ports, qos, evidence)
         expected_trust = ctx.rule("expected_trust")
         if expected_trust:
             if qos.trust is None:
@@ -126,10 +126,13 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
         parts.append("ECN np/rp on")
     if qos.trust:
         parts.append(f"trust {qos.trust}")
+    if "traffic_chain" in evidence:
+        parts.append(f"NCCL traffic: {evidence['traffic_chain']}")
     yield ctx.passed(name, ", ".join(parts), evidence=evidence)
 
 
-@check(CHECK_ID, "on RoCE ports: PFC on the RDMA priority only, ECN enabled for it, expected trust mode",
+@check(CHECK_ID, "on RoCE ports: PFC on the RDMA priority only, ECN enabled for it, expected trust mode, NCCL's "
+                 "traffic and CNPs landing on protected priorities",
        needs=("roce",), order=60)
 def pfc_ecn(ctx: CheckContext) -> Iterator[Finding]:
     ethernet = [(hca, port, port_class) for hca, port, port_class in ctx.pack.classified_ports(ctx.inventory)

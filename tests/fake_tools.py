@@ -33,10 +33,12 @@ elif tool == "systemctl":
     # systemctl show UNIT -p ...
     name = "systemctl-show-" + (args[1] if len(args) > 1 else "")
 elif tool == "mlxlink":
-    # mlxlink -d DEV -m
-    name = "mlxlink-m-" + (args[args.index("-d") + 1] if "-d" in args else "")
+    # mlxlink -d DEV -m | mlxlink -d DEV -c
+    name = ("mlxlink-c-" if "-c" in args else "mlxlink-m-") + (args[args.index("-d") + 1] if "-d" in args else "")
 elif tool == "ethtool":
-    name = "ethtool-m-" + (args[args.index("-m") + 1] if "-m" in args else "")
+    # ethtool -m NETDEV | ethtool -S NETDEV
+    flag = "-S" if "-S" in args else "-m"
+    name = "ethtool-" + flag[1] + "-" + (args[args.index(flag) + 1] if flag in args else "")
 elif tool == "lspci":
     name = "lspci-vvv"
 elif tool == "smpquery":
@@ -89,8 +91,8 @@ TOOLS = {
     "mlnx_qos": ("mlnx_qos-",),
     "systemctl": ("systemctl-show-",),
     "dmesg": ("dmesg",),
-    "mlxlink": ("mlxlink-m-",),
-    "ethtool": ("ethtool-m-",),
+    "mlxlink": ("mlxlink-m-", "mlxlink-c-"),
+    "ethtool": ("ethtool-m-", "ethtool-S-"),
     "lspci": ("lspci-vvv",),
     "smpquery": ("smpquery-",),
     "ofed_info": ("ofed_info-s",),

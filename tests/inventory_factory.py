@@ -142,8 +142,14 @@ def storage_hca() -> Hca:
                ports={1: port}, sources=("sysfs",))
 
 
-def roce_hca(name: str, netdev: str, address: str, numa_node: int = 0) -> Hca:
-    port = Port(name, 1, PortState.ACTIVE, PhysState.LINK_UP, LinkRate(400, 4), LinkLayer.ETHERNET, netdev=netdev)
+# mlnx_qos's default dscp2prio map (trust dscp): DSCP 0-7 -> priority 0, 8-15 -> 1, ... 56-63 -> 7.
+DEFAULT_DSCP_MAP = tuple(dscp >> 3 for dscp in range(64))
+
+
+def roce_hca(name: str, netdev: str, address: str, numa_node: int = 0, *, traffic_class: int | None = 106) -> Hca:
+    """A RoCE CX-7 whose QPs leave with ToS 106 (DSCP 26 -> priority 3: MLNX_OFED's tc/1/traffic_class)."""
+    port = Port(name, 1, PortState.ACTIVE, PhysState.LINK_UP, LinkRate(400, 4), LinkLayer.ETHERNET, netdev=netdev,
+                traffic_class_override=traffic_class)
     return Hca(name, ca_type="MT4129", model="ConnectX-7", pci_address=address, numa_node=numa_node,
                ports={1: port}, sources=("sysfs",))
 
@@ -153,7 +159,7 @@ def roce_netdev(name: str, rdma_port: str, *, trust: str | None = "dscp", pfc: t
                 qos: bool = True) -> Netdev:
     all_on = {priority: priority == 3 for priority in range(8)}
     return Netdev(name, mtu=4200, operstate="up", speed_mbps=400000, arp_type=1, rdma_port=rdma_port,
-                  qos=QosConfig(trust, pfc, "OS controlled") if qos else None,
+                  qos=QosConfig(trust, pfc, "OS controlled", DEFAULT_DSCP_MAP if trust == "dscp" else ()) if qos else None,
                   ecn_np=dict(all_on if ecn_np is None else ecn_np),
                   ecn_rp=dict(all_on if ecn_rp is None else ecn_rp), sources=("sysfs",))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from netdoctor.errors import RulesError
@@ -14,6 +16,7 @@ from inventory_factory import (
     by_subject,
     dgx_h100,
     gpu,
+    nccl_settings,
     ib_hca,
     roce_hca,
     roce_netdev,
@@ -42,7 +45,8 @@ def test_lossless_roce_passes() -> None:
     finding = findings["ens1f0np0"][0]
     assert len(findings["ens1f0np0"]) == 1
     assert finding.status is Status.PASS
-    assert finding.summary == "PFC on priority 3, ECN np/rp on, trust dscp"
+    assert finding.summary == ("PFC on priority 3, ECN np/rp on, trust dscp, NCCL traffic: mlx5_0 tc/1/traffic_class "
+                               "106 (overrides NCCL_IB_TC) → ToS 106 → DSCP 26 → priority 3")
     assert finding.evidence["pfc_enabled"] == [3] and finding.evidence["ecn_np"] is True
 
 
@@ -67,6 +71,8 @@ def test_pfc_off_on_rdma_priority_fails_with_exact_remedy() -> None:
 def test_pack_priority_is_honoured() -> None:
     inventory = roce_inventory(roce_netdev("ens1f0np0", "mlx5_0:1", pfc=(5,), ecn_np={5: True}, ecn_rp={5: True}),
                                roce_netdev("ens1f1np1", "mlx5_1:1", pfc=(5,), ecn_np={5: True}, ecn_rp={5: True}))
+    for port in inventory.ports:
+        port.traffic_class_override = 160      # DSCP 40 -> priority 5
     findings = run(inventory, rdma_priority=5)
     assert all(items[0].status is Status.PASS for items in findings.values())
     assert run(inventory)["ens1f0np0"][0].status is Status.FAIL
@@ -190,3 +196,98 @@ def test_virtual_function_netdev_is_skipped() -> None:
     assert finding.status is Status.SKIP
     assert finding.summary == ("mlx5_2:1: SR-IOV virtual function of 0000:17:00.0 (mlx5_0): judged through its "
                                "physical function")
+
+
+# -- NCCL's traffic followed to a priority (CONTRACT 9) ----------------------------------------------
+
+def _untagged(environ: dict[str, str] | None = None) -> Inventory:
+    """roce_inventory without the tc/1/traffic_class override: NCCL's own ToS decides."""
+    inventory = roce_inventory()
+    for port in inventory.ports:
+        port.traffic_class_override = None
+    if environ is not None:
+        inventory.nccl = nccl_settings(environ, {})
+    return inventory
+
+
+def test_unread_nccl_settings_leave_the_chain_unknown() -> None:
+    [finding] = run(_untagged())["ens1f0np0"]
+    assert finding.status is Status.UNKNOWN and "NCCL's settings were not read" in finding.summary
+
+
+def test_unset_nccl_ib_tc_lands_on_priority_0_and_warns() -> None:
+    # Unset where netdoctor looks is NCCL's default, which a job's own environment may override.
+    inventory = _untagged({})
+    [finding] = [f for f in run(inventory)["ens1f0np0"] if f.status is not Status.PASS]
+    assert finding.status is Status.WARN and finding.rule == "unset_traffic_severity"
+    assert finding.summary == ("NCCL's RoCE traffic on ens1f0np0 lands on a lossy priority (unless each job sets "
+                               "NCCL_IB_TC itself): NCCL_IB_TC unset → ToS 0 → DSCP 0 → priority 0; PFC is on 3")
+    assert "NCCL_IB_TC=106" in finding.remedy and "/sys/class/infiniband/mlx5_0/tc/1/traffic_class" in finding.remedy
+    assert finding.evidence["nccl_priority"] == 0
+    assert run(inventory, unset_traffic_severity="fail")["ens1f0np0"][-1].status is Status.FAIL
+
+
+def test_a_class_set_in_nccl_s_files_that_lands_lossy_fails() -> None:
+    # The classic slip: the priority's number where NCCL wants the ToS byte.
+    inventory = _untagged({})
+    inventory.nccl = nccl_settings({}, {"/etc/nccl.conf": "NCCL_IB_TC=3\n"})
+    [finding] = [f for f in run(inventory)["ens1f0np0"] if f.status is not Status.PASS]
+    assert finding.status is Status.FAIL and finding.rule == "lossy_traffic_severity"
+    assert "NCCL_IB_TC=3 (/etc/nccl.conf) → ToS 3 → DSCP 0 → priority 0; PFC is on 3" in finding.summary
+
+
+def test_pfc_off_everywhere_is_one_finding_not_two() -> None:
+    inventory = _untagged({"NCCL_IB_TC": "3"})
+    for netdev in inventory.netdevs:
+        netdev.qos = dataclasses.replace(netdev.qos, pfc_enabled=())
+    findings = [f for f in run(inventory)["ens1f0np0"] if f.status is not Status.PASS]
+    assert [f.rule for f in findings] == ["rdma_priority"]
+
+
+@pytest.mark.parametrize(("value", "status"), [("106", Status.PASS), ("0x6a", Status.PASS), ("98", Status.PASS),
+                                                ("-1", Status.WARN), ("0", Status.FAIL), ("362", Status.PASS)])
+def test_nccl_ib_tc_is_read_as_nccl_reads_it(value: str, status: Status) -> None:
+    # 0x6a = 106; 98 = DSCP 24 (priority 3 too); -1 is NCCL 2.28's "unset" (0, NCCL's default); 362 & 0xFF = 106.
+    findings = run(_untagged({"NCCL_IB_TC": value}))["ens1f0np0"]
+    order = [Status.PASS, Status.WARN, Status.FAIL]
+    assert max((f.status for f in findings), key=order.index) is status
+
+
+def test_the_port_override_wins_over_nccl_ib_tc() -> None:
+    inventory = _untagged({"NCCL_IB_TC": "0"})
+    inventory.port("mlx5_0:1").traffic_class_override = 106
+    assert [f.status for f in run(inventory)["ens1f0np0"]] == [Status.PASS]
+    assert Status.FAIL in [f.status for f in run(inventory)["ens1f1np1"]]
+
+
+def test_rdma_cm_default_tos_does_not_reach_nccl() -> None:
+    inventory = _untagged({})
+    for port in inventory.ports:
+        port.default_roce_tos = 106
+    finding = next(f for f in run(inventory)["ens1f0np0"] if f.status is Status.WARN)
+    assert finding.evidence["default_roce_tos"] == 106 and finding.evidence["nccl_tos"] == 0
+
+
+def test_cnps_on_a_lossy_priority_outside_the_pack_warn() -> None:
+    inventory = roce_inventory()
+    inventory.netdev("ens1f0np0").cnp_dscp = 48     # priority 6: NVIDIA's CNP class
+    inventory.netdev("ens1f1np1").cnp_dscp = 4      # priority 0: with the bulk traffic
+    findings = run(inventory)
+    assert [f.status for f in findings["ens1f0np0"]] == [Status.PASS]
+    assert findings["ens1f0np0"][0].evidence["cnp_chain"] == "cnp_dscp 48 → priority 6"
+    [cnp] = findings["ens1f1np1"]
+    assert cnp.status is Status.WARN and cnp.rule == "cnp_priorities" and "priority 0" in cnp.summary
+
+
+def test_trust_dscp_without_a_printed_map_is_unknown_for_the_chain() -> None:
+    inventory = roce_inventory()
+    netdev = inventory.netdev("ens1f0np0")
+    netdev.qos = dataclasses.replace(netdev.qos, dscp_to_priority=())
+    [finding] = run(inventory)["ens1f0np0"]
+    assert finding.status is Status.UNKNOWN and "dscp2prio" in finding.summary
+
+
+def test_pcp_trust_has_no_dscp_chain() -> None:
+    inventory = roce_inventory(roce_netdev("ens1f0np0", "mlx5_0:1", trust="pcp"), roce_netdev("ens1f1np1", "mlx5_1:1"))
+    findings = run(inventory, expected_trust="")["ens1f0np0"]
+    assert [f.status for f in findings] == [Status.PASS] and "traffic_chain" not in findings[0].evidence

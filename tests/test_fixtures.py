@@ -33,7 +33,7 @@ NAMES = sorted(INDEX)
 # The checks, plus `discovery`: a source that hung is reported (what the checks judged without).
 CHECK_IDS = {"port-state", "link-speed", "pcie-link", "error-counters", "mtu", "pfc-ecn", "gpudirect",
              "gpu-nic-affinity", "nccl-probe", "discovery", "nvlink", "nvswitch-fabric", "kernel-events", "pcie-p2p-path",
-             "transceiver", "nccl-env", "gpu-health", "inventory", "gpu-driver"}
+             "transceiver", "nccl-env", "gpu-health", "inventory", "gpu-driver", "phy"}
 LANE_GBPS = {"SDR": 2.5, "DDR": 5, "QDR": 10, "FDR10": 10, "FDR": 14, "EDR": 25, "HDR": 50, "NDR": 100, "XDR": 200}
 PCIE_GEN = {"2.5": 1, "5.0": 2, "8.0": 3, "16.0": 4, "32.0": 5, "64.0": 6}
 IB_MTUS = (256, 512, 1024, 2048, 4096)
@@ -182,7 +182,7 @@ PERFQUERY_NAMES = {
 def test_index_lists_exactly_the_fixture_directories() -> None:
     directories = sorted(path.name for path in NODES.iterdir() if path.is_dir())
     assert directories == NAMES
-    assert len(NAMES) == 71
+    assert len(NAMES) == 81
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -227,10 +227,14 @@ def test_snapshot_json(name: str) -> None:
 def test_counter_pairs_share_boot_and_are_600_seconds_apart() -> None:
     pairs = [(name, INDEX[name]["baseline"]) for name in NAMES if "baseline" in INDEX[name]]
     assert sorted(pairs) == [("aws-p5-efa-retrans-b", "aws-p5-efa-retrans-a"),
+                             ("dgx-h100-effective-ber-b", "dgx-h100-effective-ber-a"),
                              ("dgx-h100-link-downed-b", "dgx-h100-link-downed-a"),
                              ("dgx-h100-nvlink-replay-b", "dgx-h100-nvlink-replay-a"),
                              ("dgx-h100-nvlink-replay-slow-growth-b", "dgx-h100-nvlink-replay-slow-growth-a"),
-                             ("dgx-h100-symbol-errors-b", "dgx-h100-symbol-errors-a")]
+                             ("dgx-h100-symbol-errors-b", "dgx-h100-symbol-errors-a"),
+                             ("roce-h100-corrected-bits-b", "roce-h100-corrected-bits-a"),
+                             ("roce-h100-pause-storm-b", "roce-h100-pause-storm-a"),
+                             ("roce-h100-prio-discards-b", "roce-h100-prio-discards-a")]
     for later, earlier in pairs:
         meta_later = json.loads(read(NODES / later, "snapshot.json"))
         meta_earlier = json.loads(read(NODES / earlier, "snapshot.json"))
@@ -255,7 +259,7 @@ def rdma_counters(root: Path) -> dict[str, int]:
 
 COMMAND_NAME = re.compile(r"nvidia-smi-topo-m|ibstat|ibv_devinfo-v|iblinkinfo|ibdev2netdev|"
                           r"perfquery-x-[\w]+-\d+|mlnx_qos-[\w.-]+|systemctl-show-nvidia-(?:fabricmanager|imex)|dmesg|nvidia-smi-nvlink-s|"
-                          r"lspci-vvv|mlxlink-m-\w+|ethtool-m-[\w.-]+|smpquery-node(?:info|desc)-\w+-\d+|"
+                          r"lspci-vvv|mlxlink-[mc]-\w+|ethtool-[mS]-[\w.-]+|smpquery-node(?:info|desc)-\w+-\d+|"
                           r"lldpctl-json|ofed_info-s|nv-fabricmanager-version|fi_info-p-efa|fi_info-version|ip-j-addr")
 
 
@@ -320,6 +324,8 @@ SYS_RULES: list[tuple[str, str]] = [
     (rf"class/net/{IF}/operstate", r"up|down|unknown|dormant|lowerlayerdown|notpresent|testing"),
     (rf"class/net/{IF}/address", r"[0-9a-f]{2}(:[0-9a-f]{2}){5}|[0-9a-f]{2}(:[0-9a-f]{2}){19}"),
     (rf"class/net/{IF}/ecn/roce_(np|rp)/enable/[0-7]", r"[01]"),
+    (rf"class/net/{IF}/ecn/roce_np/cnp_dscp", r"[1-5]?\d|6[0-3]"),     # MLNX_OFED: the CNPs' DSCP 0..63
+    (rf"class/net/{IF}/ecn/roce_np/cnp_802p_prio", r"[0-7]"),
     (r"module/\w+/initstate", r"live"),
     (r"module/nvidia/version", r"\d+\.\d+\.\d+"),
     (r"module/efa/version", r"\d+\.\d+\.\d+g?"),       # amzn-drivers' version, `g` for the GPUDirect build
@@ -772,9 +778,9 @@ def test_nics_share_the_numa_node_of_the_gpus_beside_them(name: str) -> None:
 
 # -- each fault fixture differs from its healthy base only where its fault says -------------------------
 CHANGED: dict[str, list[str]] = {
-    "dgx-h100-port-hdr": ["commands/mlxlink-m-mlx5_5.out", "commands/iblinkinfo.out", "commands/ibstat.out", "commands/ibv_devinfo-v.out",
+    "dgx-h100-port-hdr": ["commands/mlxlink-[mc]-mlx5_5.out", "commands/iblinkinfo.out", "commands/ibstat.out", "commands/ibv_devinfo-v.out",
                           "sys/class/infiniband/mlx5_5/ports/1/rate", "sys/class/net/ibp94s0/speed"],
-    "dgx-h100-port-down": ["commands/ip-j-addr.out", "commands/mlxlink-m-mlx5_4.out", "commands/ibdev2netdev.out", "commands/iblinkinfo.out", "commands/ibstat.out",
+    "dgx-h100-port-down": ["commands/ip-j-addr.out", "commands/mlxlink-[mc]-mlx5_4.out", "commands/ibdev2netdev.out", "commands/iblinkinfo.out", "commands/ibstat.out",
                            "commands/ibv_devinfo-v.out", "commands/perfquery-x-mlx5_4-1.*", "commands/smpquery-node*-mlx5_4-1.*",
                            "sys/class/infiniband/mlx5_4/ports/1/*state", "sys/class/infiniband/mlx5_4/ports/1/rate",
                            "sys/class/net/ibp79s0/operstate", "sys/class/net/ibp79s0/speed"],
@@ -808,16 +814,18 @@ CHANGED: dict[str, list[str]] = {
                                      + ["commands/ip-j-addr.out"],     # ens3np0 without its IPv4 address
     "dgx-h100-topo-timeout": ["commands/nvidia-smi-topo-m.*"],
     "dgx-h100-no-ibstat": ["commands/ibstat.*", "commands/iblinkinfo.*", "commands/perfquery-x-*", "commands/smpquery-*"],
-    "dgx-h100-counters-saturated": ["commands/perfquery-x-mlx5_10-1.out",
+    # mlxlink's Link Down Counter is the IB port counters' link_downed (the PMA counter sysfs shows).
+    "dgx-h100-counters-saturated": ["commands/perfquery-x-mlx5_10-1.out", "commands/mlxlink-c-mlx5_10.out",
                                     "sys/class/infiniband/mlx5_10/ports/1/counters/link_downed",
                                     "sys/class/infiniband/mlx5_10/ports/1/counters/symbol_error"],
     "dgx-h100-symbol-errors-a": ["commands/perfquery-x-mlx5_6-1.out",
                                  "sys/class/infiniband/mlx5_6/ports/1/counters/symbol_error"],
-    "dgx-h100-link-downed-a": ["commands/perfquery-x-mlx5_9-1.out",
+    "dgx-h100-link-downed-a": ["commands/perfquery-x-mlx5_9-1.out", "commands/mlxlink-c-mlx5_9.out",
                                "sys/class/infiniband/mlx5_9/ports/1/counters/link_downed"],
-    "roce-h100-no-pfc": ["commands/mlnx_qos-ens*np0.out"],
+    "roce-h100-no-pfc": ["commands/mlnx_qos-ens*np0.out", "commands/ethtool-S-ens*np0.out"],   # no PFC pause counters
     "roce-h100-ecn-off": ["sys/class/net/ens*np0/ecn/roce_*/enable/3"],
-    "roce-h100-mtu-1500": ["commands/ibv_devinfo-v.out", "sys/class/net/ens3np0/mtu", "commands/ip-j-addr.out"],
+    "roce-h100-mtu-1500": ["commands/ibv_devinfo-v.out", "sys/class/net/ens3np0/mtu", "commands/ip-j-addr.out",
+                           "commands/ethtool-S-ens3np0.out"],     # RoCE packets of a 1024-byte MTU
     "dgx-h100-nvlinks-down": ["nvml.json", "commands/nvidia-smi-nvlink-s.out"],
     "dgx-h100-fabric-manager-failed": ["nvml.json", "commands/systemctl-show-nvidia-fabricmanager.out"],
     "dgx-h100-fabric-in-progress": ["nvml.json"],
@@ -863,13 +871,27 @@ CHANGED.update({
     # From slurmd's Prolog: every device node opens, NVML lost GPU6 and GPU7 (snapshot.json says so).
     "dgx-h100-prolog-6-gpus": ["nvml.json", "commands/nvidia-smi-topo-m.out", "commands/nvidia-smi-nvlink-s.out"],
 })
-CHANGED["dgx-h100-symbol-errors-b"] = CHANGED["dgx-h100-symbol-errors-a"]
-CHANGED["dgx-h100-link-downed-b"] = CHANGED["dgx-h100-link-downed-a"]
-CHANGED["dgx-h100-nvlink-replay-b"] = CHANGED["dgx-h100-nvlink-replay-a"]
+# The physical layer (phy, pfc-ecn's traffic class). Without MFT, mlxlink -m and -c are `missing`.
+CHANGED.update({
+    "dgx-h100-raw-ber-high": ["commands/mlxlink-c-mlx5_3.out"],
+    "dgx-h100-effective-ber-a": ["commands/mlxlink-c-mlx5_4.out", "commands/perfquery-x-mlx5_4-1.out",
+                                 "sys/class/infiniband/mlx5_4/ports/1/counters/symbol_error"],
+    "roce-h100-pause-storm-a": ["commands/ethtool-S-ens3np0.out"],
+    "roce-h100-prio-discards-a": ["commands/ethtool-S-ens2np0.out"],
+    "roce-h100-corrected-bits-a": ["commands/ethtool-S-ens5np0.out", "commands/mlxlink-[mc]-mlx5_*"],
+    "roce-h100-lossy-priority": ["nccl-env.json"],
+})
+# Captured later (600 s, or 30 min after boot): every port's PHY counters have run longer.
+LATER = ["commands/mlxlink-c-*.out", "commands/ethtool-S-*.out"]
+for _name in ("dgx-h100-symbol-errors", "dgx-h100-link-downed", "dgx-h100-nvlink-replay", "dgx-h100-effective-ber",
+              "roce-h100-pause-storm", "roce-h100-prio-discards"):
+    CHANGED[f"{_name}-b"] = CHANGED.get(f"{_name}-a", []) + LATER
+CHANGED["roce-h100-corrected-bits-b"] = CHANGED["roce-h100-corrected-bits-a"] + ["commands/ethtool-S-*.out"]
 # NVLink replay counts on GPU5 link 9 (boot-fast is also captured 30 min after boot: snapshot.json, proc/uptime).
-for _name in ("dgx-h100-nvlink-replay-slow-growth-a", "dgx-h100-nvlink-replay-slow-growth-b",
-              "dgx-h100-nvlink-replay-boot-slow", "dgx-h100-nvlink-replay-boot-fast"):
+for _name in ("dgx-h100-nvlink-replay-slow-growth-a", "dgx-h100-nvlink-replay-boot-slow"):
     CHANGED[_name] = ["nvml.json"]
+for _name in ("dgx-h100-nvlink-replay-slow-growth-b", "dgx-h100-nvlink-replay-boot-fast"):
+    CHANGED[_name] = ["nvml.json"] + LATER
 
 
 def tree(root: Path, host: str, base_host: str) -> dict[str, bytes]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,8 @@ import pytest
 
 from netdoctor.errors import UsageError
 from netdoctor.fleet.collect import FleetCollector
-from netdoctor.fleet.model import BUSBW_METRIC, ERROR_GROWTH_METRIC, NodeGrade, summarize_report
+from netdoctor.fleet.model import BUSBW_METRIC, ERROR_GROWTH_METRIC, PHY_BER_METRIC, NodeGrade, summarize_report
+from netdoctor.fleet.outliers import find_outliers
 
 
 def make_report(host: str, grade: str = "pass", findings: list[dict[str, Any]] | None = None, busbw: float | None = None) -> dict[str, Any]:
@@ -302,3 +304,27 @@ def test_saved_file_with_blocks_interleaving_and_glued_lines(tmp_path: Path) -> 
     assert file_nodes["c07"][0] == "fail" and file_nodes["c08"][0] == "pass"
     assert (file_nodes["i1"][0], file_nodes["i2"][0]) == ("warn", "pass")
     assert (file_nodes["g1"][0], file_nodes["g3"][0]) == ("invalid", "unreachable")
+
+
+def phy_finding(subject: str, status: str = "pass", **evidence: object) -> dict[str, object]:
+    return {"check": "phy", "status": status, "subject": subject, "summary": "", "evidence": evidence}
+
+
+def test_the_worst_pre_fec_ber_of_a_node_is_its_phy_metric() -> None:
+    findings = [phy_finding("mlx5_0:1", pre_fec_ber=2e-9), phy_finding("mlx5_1:1", "warn", pre_fec_ber=3e-5),
+                phy_finding("mlx5_2:1", pre_fec_ber=0.0),
+                # Values that are no BER are ignored; another check's pre_fec_ber is not phy's.
+                phy_finding("mlx5_3:1", pre_fec_ber=7.0), phy_finding("mlx5_4:1", pre_fec_ber=True),
+                phy_finding("mlx5_5:1", pre_fec_ber=float("inf")), phy_finding("mlx5_6:1", pre_fec_ber="1"),
+                {"check": "link-speed", "status": "pass", "subject": "mlx5_0:1", "evidence": {"pre_fec_ber": 0.5}}]
+    node = summarize_report(make_report("n1", "warn", findings))
+    assert node.metrics == {PHY_BER_METRIC: round(math.log10(3e-5), 3)}
+    clean = summarize_report(make_report("n2", findings=[phy_finding("mlx5_0:1", pre_fec_ber=0.0)]))
+    assert clean.metrics == {PHY_BER_METRIC: -18.0}
+
+
+def test_a_marginal_link_is_a_fleet_outlier_by_decades() -> None:
+    nodes = [summarize_report(make_report(f"n{index}", findings=[phy_finding("mlx5_0:1", pre_fec_ber=ber)]))
+             for index, ber in enumerate([2e-9, 3e-9, 1e-9, 2e-9, 4e-9, 2e-9, 5e-7, 8e-9])]
+    [outlier] = [o for o in find_outliers(nodes) if o.metric == PHY_BER_METRIC]
+    assert outlier.host == "n6" and outlier.value == pytest.approx(math.log10(5e-7), abs=1e-3)

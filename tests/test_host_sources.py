@@ -25,7 +25,9 @@ CONTRACT_NAMES = {"nvidia-smi-topo-m", "ibstat", "ibv_devinfo-v", "iblinkinfo", 
                   # Issue 14 (cloud fabrics), named in the style of section 6.2
                   "fi_info-p-efa", "fi_info-version",
                   # CONTRACT 7.2
-                  "ip-j-addr"}
+                  "ip-j-addr",
+                  # CONTRACT 9
+                  "mlxlink-c-{dev}", "ethtool-S-{netdev}"}
 # What host may import: itself and the small shared modules every layer uses.
 HOST_MAY_IMPORT = ("netdoctor.host", "netdoctor.util", "netdoctor.errors", "netdoctor.vocabulary", "netdoctor.logging")
 

@@ -27,6 +27,7 @@ import copy
 import json
 import re
 import time
+import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -97,13 +98,19 @@ def default_sections() -> dict[str, set[str]]:
     return {name: set(pack.section(name)) for name in pack.check_sections()}
 
 
-def fixture_inventories() -> list[Inventory]:
-    snapshots = sorted(path for path in (TESTS / "fixtures" / "nodes").iterdir() if path.is_dir())
-    snapshots += sorted((TESTS / "data" / "device").glob("*/capture.tar.gz"))
+def fixture_inventories() -> list[tuple[Inventory, str | None]]:
+    """Each fixture node and device capture, with the one pack it is judged under: a faulted
+    variant under its own (INDEX.toml `rules`); healthy nodes and captures (None) under every pack."""
+    nodes = TESTS / "fixtures" / "nodes"
+    index = tomllib.loads((nodes / "INDEX.toml").read_text(encoding="utf-8"))["fixtures"]
+    snapshots: list[tuple[Path, str | None]] = [
+        (path, None if index[path.name]["fault"] == "none" else index[path.name]["rules"])
+        for path in sorted(nodes.iterdir()) if path.is_dir()]
+    snapshots += [(path, None) for path in sorted((TESTS / "data" / "device").glob("*/capture.tar.gz"))]
     inventories = []
-    for snapshot in snapshots:
+    for snapshot, pack in snapshots:
         with open_source(snapshot) as source:
-            inventories.append(discover(source, deadline=time.monotonic() + 60))
+            inventories.append((discover(source, deadline=time.monotonic() + 60), pack))
     return inventories
 
 
@@ -178,12 +185,14 @@ def loopback_results(inventory: Inventory) -> list[LoopbackResult]:
 def recorded_reads() -> dict[str, set[str]]:
     asked: dict[str, set[str]] = {}
     checks = builtin_checks()
-    runs: list[tuple[Inventory, CounterHistory | None]] = []
-    for inventory in fixture_inventories() + everything_wrong():
-        runs += [(inventory, None), (inventory, grown(inventory))]
+    runs: list[tuple[Inventory, CounterHistory | None, str | None]] = []
+    for inventory, own_pack in fixture_inventories() + [(node, None) for node in everything_wrong()]:
+        runs += [(inventory, None, own_pack), (inventory, grown(inventory), own_pack)]
     for name in bundled_packs():
         pack = recording(load_rules(name, env={}), asked)
-        for inventory, history in runs:
+        for inventory, history, own_pack in runs:
+            if own_pack is not None and own_pack != name:
+                continue
             for check in checks:
                 probes: list[ProbeResult | None] = probe_results() if "probe" in check.needs else [None]
                 loopbacks = loopback_results(inventory) if "loopback" in check.needs else [None]

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from corpus_util import CORPUS, corpus_dir, corpus_files, read_gcm_json, read_ttar
+from test_parsers_phy import ETHTOOL_S_EXPECTATIONS, MLXLINK_C_EXPECTATIONS
 from netdoctor.errors import ParseError
 from netdoctor.inventory.model import LinkLayer, LinkRate, PhysState, PortState
 from netdoctor.parsers import (
@@ -625,6 +626,9 @@ TEXT_KINDS: dict[str, dict[str, Callable[[str], None]]] = {
     "mlnx_qos": MLNX_QOS_EXPECTATIONS,
     "nvidia-smi-topo": TOPO_EXPECTATIONS,
     "fi_info": FI_INFO_EXPECTATIONS,
+    # Physical layer: the checks live with their edge cases in test_parsers_phy.py.
+    "mlxlink-c": MLXLINK_C_EXPECTATIONS,
+    "ethtool-S": ETHTOOL_S_EXPECTATIONS,
 }
 
 TEXT_CASES = [

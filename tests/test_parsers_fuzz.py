@@ -43,7 +43,11 @@ from netdoctor.parsers.lldpctl import parse_lldpctl_json
 from netdoctor.parsers.smpquery import parse_smpquery_nodedesc, parse_smpquery_nodeinfo
 from netdoctor.parsers.versions import parse_fabricmanager_version, parse_ofed_info
 from netdoctor.parsers.transceiver import parse_ethtool_module, parse_mlxlink_module
+from netdoctor.parsers.mlxlink_counters import parse_ber, parse_mlxlink_counters
+from netdoctor.parsers.ethtool_stats import parse_ethtool_stats
+from netdoctor.parsers.common import strip_ansi
 from netdoctor.parsers.sysfs_values import (
+    parse_byte,
     parse_counter,
     parse_hex_or_int,
     parse_int,
@@ -53,6 +57,7 @@ from netdoctor.parsers.sysfs_values import (
     parse_phys_state,
     parse_port_state,
     parse_rate,
+    parse_traffic_class,
 )
 
 FUZZ = settings(
@@ -87,6 +92,12 @@ PARSERS: dict[str, tuple[Callable[[str], Any], list[str]]] = {
     "lspci": (parse_lspci_vvv, [sample[:40_000] for sample in _samples("lspci")]),
     "mlxlink": (parse_mlxlink_module, _samples("mlxlink")),
     "ethtool-m": (parse_ethtool_module, _samples("ethtool-m")),
+    # The physical layer: BER and per-lane errors as the firmware counts them, the driver's statistics,
+    # and each real BER value as mlxlink prints it (colour escapes are stripped before parse_ber sees it).
+    "mlxlink-c": (parse_mlxlink_counters, _samples("mlxlink-c")),
+    "ethtool-S": (parse_ethtool_stats, _samples("ethtool-S")),
+    "mlxlink-ber": (parse_ber, [value.strip() for sample in _samples("mlxlink-c") for line in strip_ansi(sample).splitlines()
+                                for label, _, value in [line.partition(":")] if label.strip().endswith("BER")]),
     "nccl-conf": (parse_nccl_conf, _samples("nccl-conf")),
     "perftest": (parse_perftest_bw, _samples("perftest")),
     # The first-hop switch and the versions the report carries (CONTRACT 6.2/6.3).
@@ -106,7 +117,7 @@ PARSERS: dict[str, tuple[Callable[[str], Any], list[str]]] = {
 
 VALUE_PARSERS: list[Callable[[str], Any]] = [
     parse_port_state, parse_phys_state, parse_rate, parse_counter, parse_int, parse_numa_node,
-    parse_hex_or_int, parse_pcie_speed, parse_link_width,
+    parse_hex_or_int, parse_pcie_speed, parse_link_width, parse_byte, parse_traffic_class,
 ]
 
 # Text that looks a little like tool output: the characters these formats are built of.

@@ -84,7 +84,7 @@ def test_builtin_plugins_load_and_are_in_order() -> None:
     ids = registry.ids()
     assert len(ids) >= 1
     # The order reports have always listed the built-ins in, now declared on each check.
-    assert ids == ["inventory", "port-state", "link-speed", "fabric-netdevs", "transceiver", "pcie-link", "error-counters", "mtu", "pfc-ecn",
+    assert ids == ["inventory", "port-state", "link-speed", "fabric-netdevs", "transceiver", "pcie-link", "error-counters", "phy", "mtu", "pfc-ecn",
                    "gpudirect", "nvlink", "nvswitch-fabric", "pcie-p2p-path", "gpu-nic-affinity", "nccl-env", "nccl-probe",
                    "nic-loopback", "kernel-events", "gpu-health", "gpu-driver"]
     orders = [check.order for check in registry]

@@ -33,6 +33,7 @@ NEEDS = {
     "nvlink": "each GPU's NVLinks: state, speed, version, error counters (NVML, nvidia-smi nvlink -s)",
     "fabric": "the NVSwitch fabric: GPU fabric state (NVML), fabric manager and IMEX services",
     "kernel-log": "kernel log events of this boot (dmesg / journalctl -k)",
+    "phy": "each RDMA port's physical layer: BER before and after FEC, per-lane and symbol errors (mlxlink -c), the PHY, pause and per-priority counters of RoCE netdevs (ethtool -S)",
     "transceiver": "each RDMA port's module diagnostics: temperature, bias, optical power and limits (mlxlink -m, ethtool -m)",
     "pcie-tree": "the PCIe bridges above GPUs and NICs: port types, ACS, ATS, IOMMU groups (sysfs, lspci -vvv)",
     "nccl-env": "NCCL's settings: the environment and NCCL's config files (nccl-env.json)",

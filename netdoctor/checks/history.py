@@ -9,7 +9,9 @@ earlier snapshot instead.
 An entry, as stored::
 
     {"host": "node017", "boot_id": "...", "captured_at": "2026-11-21T22:40:00Z",
-     "ports": {"mlx5_0:1": {"symbol_error": 0, "hw_counters/out_of_sequence": 3},
+     "ports": {"mlx5_0:1": {"symbol_error": 0, "hw_counters/out_of_sequence": 3,
+                            "phy/effective_errors": 0, "phy/raw_errors/0": 3183333, "phy/since_clear_s": 163086},
+               "netdev ens1f0np0": {"rx_corrected_bits_phy": 1200, "tx_pause_storm_error_events": 0},
                "nvlink 0000:18:00.0 3": {"replay": 0, "recovery": 0, "crc_flit": 0, "crc_data": 2},
                "gpu 0000:18:00.0": {"pcie_replay_counter": 0, "utilization_gpu": 0,
                                     "clocks_event_reasons/gpu_idle": 1}}}
@@ -22,12 +24,13 @@ from typing import Any
 import structlog
 
 from netdoctor.checks.api import CounterHistory
-from netdoctor.inventory.model import Gpu, Inventory
+from netdoctor.inventory.model import Gpu, Inventory, PhyCounters
 from netdoctor.util import parse_iso_utc
 
 log = structlog.get_logger(__name__)
 
 HW_PREFIX = "hw_counters/"          # hw_counters live beside counters/ under this key prefix
+PHY_PREFIX = "phy/"                 # mlxlink -c counters live beside them under this one
 CLOCK_REASON_PREFIX = "clocks_event_reasons/"   # a GPU's clock event reasons set at that run
 # nvmlClocksEventReasons by CONTRACT 7.2's names (nvml.h): only these are stored or judged, so a
 # hostile nvml.json cannot fill the state file with names of its own.
@@ -41,14 +44,21 @@ Entry = dict[str, Any]
 
 
 def counter_readings(inventory: Inventory) -> dict[str, dict[str, int | None]]:
-    """This inventory's counters per port: `counters/` names as-is, hw counters prefixed;
-    and per NVLink (`nvlink_key`) its replay/recovery/CRC counters."""
+    """This inventory's counters per port: `counters/` names as-is, hw counters and mlxlink's
+    prefixed; per RoCE netdev (`netdev_key`) its `ethtool -S` counters; per NVLink (`nvlink_key`)
+    its replay/recovery/CRC counters."""
     readings: dict[str, dict[str, int | None]] = {}
     for port in inventory.ports:
         values: dict[str, int | None] = dict(port.counters)
         values.update({f"{HW_PREFIX}{name}": value for name, value in port.hw_counters.items()})
         if values:
             readings[port.name] = values
+    for port_name, phy in inventory.phy.items():
+        values = readings.setdefault(port_name, {})
+        values.update(phy_reading(phy))
+    for netdev in inventory.netdevs:
+        if netdev.stats:
+            readings[netdev_key(netdev.name)] = dict(netdev.stats)
     for gpu in inventory.gpus:
         for link in gpu.nvlinks:
             if any(value is not None for value in link.errors.values()):
@@ -57,6 +67,26 @@ def counter_readings(inventory: Inventory) -> dict[str, dict[str, int | None]]:
         if gpu_values:
             readings[gpu_key(gpu)] = gpu_values
     return readings
+
+
+def phy_reading(phy: PhyCounters) -> dict[str, int | None]:
+    """What phy compares with the next run: mlxlink's counters since their last clear (and that
+    clear's age, which tells a clear between the runs), under `phy/` beside the port's counters."""
+    values: dict[str, int | None] = {}
+    for name in ("effective_errors", "symbol_errors", "link_down", "link_error_recovery"):
+        value = getattr(phy, name)
+        if value is not None:
+            values[f"{PHY_PREFIX}{name}"] = value
+    for lane, errors in enumerate(phy.raw_errors_per_lane or ()):
+        values[f"{PHY_PREFIX}raw_errors/{lane}"] = errors
+    if phy.since_clear_s is not None:
+        values[f"{PHY_PREFIX}since_clear_s"] = int(phy.since_clear_s)
+    return values
+
+
+def netdev_key(name: str) -> str:
+    """A netdev's `ethtool -S` counters in the history (phy)."""
+    return f"netdev {name}"
 
 
 def nvlink_key(gpu: Gpu, link: int) -> str:

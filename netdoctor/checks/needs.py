@@ -194,7 +194,7 @@ def need_pcie_tree(inventory: Inventory, probe: ProbeInput) -> Verdict:
 
 
 def need_transceiver(inventory: Inventory, probe: ProbeInput) -> Verdict:
-    """The RDMA ports; which of them need a module reading only the pack's port classes say,
+    """(transceiver, phy) The RDMA ports; which of them need a reading only the pack's port classes say,
     so the check itself says which readings are missing, and why."""
     return need_rdma(inventory, probe)
 
@@ -243,6 +243,7 @@ NEED_JUDGES: dict[str, Callable[[Inventory, ProbeInput], Verdict]] = {
     "kernel-log": need_kernel_log,
     "pcie-tree": need_pcie_tree,
     "transceiver": need_transceiver,
+    "phy": need_transceiver,
     "nccl-env": need_nccl_env,
     "loopback": need_loopback,
     "versions": need_versions,

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from netdoctor.fleet.metrics import counter_growth, worst_pre_fec_ber_log10
 from netdoctor.fleet.platform import bounded_platform
 from netdoctor.report.model import STATUS_SEVERITY
 
@@ -17,10 +18,7 @@ REPORT_SCHEMA_PREFIX = "netdoctor.report/"
 # Metric names as they appear in the fleet report's `outliers`.
 BUSBW_METRIC = "nccl_busbw_gbps"
 ERROR_GROWTH_METRIC = "error_counter_growth"
-
-# The one number the error-counters check writes per judged port (on the port's first
-# finding, when it had a previous reading): the IBTA error counters' growth since then.
-ERROR_GROWTH_EVIDENCE = "error_growth"
+PHY_BER_METRIC = "pre_fec_ber_log10"       # netdoctor.fleet.metrics says how it is derived
 
 # The report's status order (fail > unknown > warn > pass > skip), keyed by plain str: a
 # dict of exact-str keys takes CPython's fast lookup, which the summary loop does per finding.
@@ -266,19 +264,6 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
             rank = _top_rank(check, status, severity, grade_status, required, positions)
             if top_rank is None or rank < top_rank:
                 top, top_rank = finding, rank
-    # Counted from shadow findings too: a measurement, not a verdict.
-    error_growth = 0.0
-    saw_counters = False
-    for evidence in [finding.get("evidence") for finding in findings if finding.__class__ is dict
-                     and finding.get("check") == "error-counters" and finding.get("status") in _STATUS_SEVERITY]:
-        if evidence.__class__ is dict:
-            growth = evidence.get(ERROR_GROWTH_EVIDENCE)
-            growth_kind = growth.__class__
-            # An int beyond a float's range would raise when added: not a counter.
-            if (growth_kind is int and -_MAX_GROWTH < growth < _MAX_GROWTH) or (growth_kind is float and math.isfinite(growth)):
-                saw_counters = True
-                error_growth += growth
-
     if len(check_statuses) > _MAX_CHECKS or max(map(len, check_statuses), default=0) > _MAX_CHECK_ID_CHARS:
         return no_report(host, NodeGrade.INVALID, f"not a netdoctor report: more than {_MAX_CHECKS} check ids, or one"
                          f" longer than {_MAX_CHECK_ID_CHARS} characters", source)
@@ -290,6 +275,9 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
             subject=_kept(top.get("subject")) if top.get("subject") is not None else None,
         )
     metrics: dict[str, float] = {}
+    worst_ber = worst_pre_fec_ber_log10(findings)
+    if worst_ber is not None:
+        metrics[PHY_BER_METRIC] = worst_ber
     probe = data.get("probe")
     if isinstance(probe, dict):
         busbw = probe.get("busbw_gbps")
@@ -298,7 +286,8 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
                 return no_report(host, NodeGrade.INVALID, "report's probe busbw_gbps is not a bus bandwidth: "
                                  f"{_kept(repr(busbw))[:40]}", source)
             metrics[BUSBW_METRIC] = float(busbw)
-    if saw_counters:
+    error_growth = counter_growth(findings, _STATUS_SEVERITY)
+    if error_growth is not None:
         if not math.isfinite(error_growth):
             return no_report(host, NodeGrade.INVALID, "report's error counter growth is not a finite number", source)
         metrics[ERROR_GROWTH_METRIC] = error_growth

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from netdoctor.fleet.model import BUSBW_METRIC, ERROR_GROWTH_METRIC, NodeSummary
+from netdoctor.fleet.model import BUSBW_METRIC, ERROR_GROWTH_METRIC, PHY_BER_METRIC, NodeSummary
 
 DEFAULT_THRESHOLD = 3.5
 MIN_SAMPLES = 5
@@ -37,6 +37,8 @@ DEFAULT_RULES = (
     OutlierRule(BUSBW_METRIC, "low", min_relative_deviation=0.05),
     # Error counters growing where the rest of the fleet is quiet.
     OutlierRule(ERROR_GROWTH_METRIC, "high", min_absolute_deviation=1.0),
+    # A worst-port pre-FEC BER a decade or more above the fleet's: a marginal link, still up.
+    OutlierRule(PHY_BER_METRIC, "high", min_absolute_deviation=1.0),
 )
 
 

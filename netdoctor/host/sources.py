@@ -98,7 +98,8 @@ SOURCES: tuple[Source, ...] = (
     Source("nvml", needs=_needs("gpus", "pcie"), max_output_bytes=4 * MiB),
     # nccl-env.json is a few KB: the kernel caps one variable at 128 KiB (MAX_ARG_STRLEN),
     # NCCL's config files are read up to 64 KiB each.
-    Source("nccl-env", needs=_needs("nccl-env", "efa"), max_output_bytes=1 * MiB),
+    # NCCL_IB_TC decides the priority RoCE traffic lands on (pfc-ecn, need `roce`).
+    Source("nccl-env", needs=_needs("nccl-env", "efa", "roce"), max_output_bytes=1 * MiB),
     # ibstat: ~30 lines per CA; 16 CAs, or 8 ports with SR-IOV VFs (~140 CAs), ~4,000 lines.
     Source("ibstat", ("ibstat",), "netdoctor.parsers.ibstat:parse_ibstat", _RDMA,
            max_output_bytes=2 * MiB, max_lines=50_000),
@@ -156,6 +157,15 @@ SOURCES: tuple[Source, ...] = (
     Source("ethtool-m-{netdev}", ("ethtool", "-m", "{netdev}"), "netdoctor.parsers.transceiver:parse_ethtool_module",
            _needs("transceiver"), Scope.ROCE_NETDEV, timeout_s=4.0, root=True, max_output_bytes=256 * KiB,
            max_lines=5_000),
+    # The physical layer under the port state (phy, need `phy`): BER before and after FEC, per-lane
+    # errors, symbol errors and link recoveries since the last counter clear, as the firmware counts
+    # them (mlxlink -c: five sections, ~50 lines, 3 KB); on RoCE netdevs the driver's PHY, pause and
+    # per-priority counters since it loaded (ethtool -S: ~300 lines plus ~60 per channel; 128
+    # channels ~8,000 lines, 300 KB).
+    Source("mlxlink-c-{dev}", ("mlxlink", "-d", "{dev}", "-c"), "netdoctor.parsers.mlxlink_counters:parse_mlxlink_counters",
+           _needs("phy"), Scope.RDMA_DEVICE, timeout_s=8.0, root=True, max_output_bytes=256 * KiB, max_lines=5_000),
+    Source("ethtool-S-{netdev}", ("ethtool", "-S", "{netdev}"), "netdoctor.parsers.ethtool_stats:parse_ethtool_stats",
+           _needs("phy"), Scope.ROCE_NETDEV, timeout_s=4.0, max_output_bytes=4 * MiB, max_lines=100_000),
     # ACS/ATS of the bridges on GPU/NIC paths where the sysfs config space was not read
     # whole (not root when captured); also what a support bundle is expected to hold.
     # ~400 PCI functions of a DGX (switches, NVSwitches, NICs, NVMe) x ~50 lines: ~1 MB, 20,000 lines.

@@ -107,6 +107,13 @@ def read_sysfs_port(draft: Draft, hca: Hca, number: int, base: str, problems: li
     port.netdev = clean(read(f"{base}/gid_attrs/ndevs/0")) or None
     if port.link_layer is LinkLayer.ETHERNET:
         port.gids = read_gids(read, base)
+        # The ToS RoCE traffic leaves with (pfc-ecn follows it to a priority): MLNX_OFED's per-port
+        # override of every QP's, and rdma_cm's default (configfs, where the device's directory exists).
+        device = f"class/infiniband/{hca.name}"
+        port.traffic_class_override = noted(sysfs_values.parse_traffic_class, read(f"{device}/tc/{number}/traffic_class"),
+                                            problems, f"{device}/tc/{number}/traffic_class")
+        configfs = f"kernel/config/rdma_cm/{hca.name}/ports/{number}/default_roce_tos"
+        port.default_roce_tos = noted(sysfs_values.parse_byte, read(configfs), problems, configfs)
 
 
 def read_gids(read: Callable[[str], str | None], base: str) -> dict[int, Gid]:
@@ -258,6 +265,9 @@ def read_netdevs(draft: Draft) -> None:
         )
         netdev.ecn_np = read_ecn(draft, netdev.name, "roce_np")
         netdev.ecn_rp = read_ecn(draft, netdev.name, "roce_rp")
+        notification_point = f"class/net/{netdev.name}/ecn/roce_np"
+        netdev.cnp_dscp = quiet(sysfs_values.parse_byte, draft.sys.read(f"{notification_point}/cnp_dscp"))
+        netdev.cnp_802p_prio = quiet(sysfs_values.parse_byte, draft.sys.read(f"{notification_point}/cnp_802p_prio"))
         netdev.bond_slaves = tuple((draft.sys.read(f"class/net/{netdev.name}/bonding/slaves") or "").split())
         if netdev.pci_address:
             netdev.driver = clean(draft.sys.link_name(f"class/net/{netdev.name}/device/driver")) or None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import re
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -44,6 +45,7 @@ from netdoctor.parsers.ip_addr import InterfaceAddresses
 from netdoctor.parsers.ibstat import IbstatCa
 from netdoctor.parsers.ibv_devinfo import IbvDevice
 from netdoctor.parsers.mlnx_qos import MlnxQos
+from netdoctor.parsers.mlxlink_counters import PhyCounters
 from netdoctor.parsers.perfquery import PerfqueryBlock, counters_as_sysfs
 from netdoctor.parsers.kernel_log import KernelLogLines
 from netdoctor.parsers.lldpctl import LldpNeighbor
@@ -173,7 +175,12 @@ def join_mlnx_qos(draft: Draft, qos: MlnxQos, fields: Mapping[str, str]) -> None
     netdev = draft.inventory.netdev(fields["netdev"])
     if netdev is None:
         return
-    netdev.qos = QosConfig(trust=qos.trust, pfc_enabled=tuple(qos.pfc_enabled), dcbx_mode=qos.dcbx_mode)
+    dscp_map = qos.dscp_to_priority
+    netdev.qos = QosConfig(trust=qos.trust, pfc_enabled=tuple(qos.pfc_enabled), dcbx_mode=qos.dcbx_mode,
+                           dscp_to_priority=tuple(dscp_map[dscp] for dscp in range(64))
+                           if all(dscp in dscp_map for dscp in range(64)) else ())
+    if netdev.cnp_dscp is None:
+        netdev.cnp_dscp = qos.cnp_dscp      # a wrapper script's `QOS for CNP: .../cnp_dscp = 48` line
     netdev.sources += ("mlnx_qos",)
 
 
@@ -189,6 +196,29 @@ def join_ethtool_module(draft: Draft, module: ModuleDiagnostics, fields: Mapping
     netdev = fields["netdev"]
     port = next((port.name for port in draft.inventory.ports if port.netdev == netdev), netdev)
     draft.inventory.transceivers.setdefault(port, module)
+
+
+def join_mlxlink_counters(draft: Draft, phy: PhyCounters, fields: Mapping[str, str]) -> None:
+    hca = draft.inventory.hca(fields["dev"])
+    number = min(hca.ports) if hca is not None and hca.ports else 1     # mlxlink -d DEV reads port 1
+    draft.inventory.phy[f"{fields['dev']}:{number}"] = phy
+
+
+# The `ethtool -S` counters a check reads (mlx5 names: the kernel's
+# Documentation/networking/device_drivers/ethernet/mellanox/mlx5/counters.rst); the per-queue
+# rest (thousands on a many-channel NIC) is not kept.
+PHY_STATS = re.compile(
+    r"(?:rx_corrected_bits_phy|rx_pcs_symbol_err_phy|rx_err_lane_[0-7]_phy|link_down_events_phy"
+    r"|tx_pause_storm_(?:warning|error)_events"
+    r"|rx_prio[0-7]_(?:pause|discards|buf_discard|cong_discard)|tx_prio[0-7]_pause)")
+
+
+def join_ethtool_stats(draft: Draft, stats: dict[str, int], fields: Mapping[str, str]) -> None:
+    netdev = draft.inventory.netdev(fields["netdev"])
+    if netdev is None:
+        return
+    netdev.stats = {name: value for name, value in stats.items() if PHY_STATS.fullmatch(name)}
+    netdev.sources += ("ethtool -S",)
 
 
 def join_nvlink_status(draft: Draft, gpus: list[GpuNvlinks], fields: Mapping[str, str]) -> None:
@@ -285,6 +315,8 @@ JOINERS: dict[str, Joiner] = {
     "fi_info-version": join_fi_info_version,
     "mlxlink-m-{dev}": join_mlxlink_module,
     "ethtool-m-{netdev}": join_ethtool_module,
+    "mlxlink-c-{dev}": join_mlxlink_counters,
+    "ethtool-S-{netdev}": join_ethtool_stats,
     "smpquery-nodeinfo-{dev}-{port}": join_smpquery_nodeinfo,
     "smpquery-nodedesc-{dev}-{port}": join_smpquery_nodedesc,
     "lldpctl-json": join_lldpctl,
@@ -311,14 +343,20 @@ def qos_of_bonds(draft: Draft) -> None:
             qos = list(settings.values())
             trusts = {entry.trust for entry in qos}
             dcbx = {entry.dcbx_mode for entry in qos}
+            maps = {entry.dscp_to_priority for entry in qos}
             bond.qos = QosConfig(
                 trust=trusts.pop() if len(trusts) == 1 else None,
                 pfc_enabled=tuple(sorted(set.intersection(*(set(entry.pfc_enabled) for entry in qos)))),
                 dcbx_mode=dcbx.pop() if len(dcbx) == 1 else None,
+                dscp_to_priority=maps.pop() if len(maps) == 1 else (),
             )
             if len(set(qos)) > 1:
                 inventory.conflicts.append(Conflict(bond.name, "qos", {name: str(entry) for name, entry in settings.items()},
                                                     chosen="what holds on every slave"))
+        for point in ("cnp_dscp", "cnp_802p_prio"):
+            values = {getattr(slave, point) for slave in slaves}
+            if getattr(bond, point) is None and len(values) == 1:
+                setattr(bond, point, values.pop())
         for point in ("ecn_np", "ecn_rp"):
             per_slave = [getattr(slave, point) for slave in slaves]
             if all(per_slave) and not getattr(bond, point):

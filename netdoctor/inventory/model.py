@@ -28,6 +28,7 @@ from netdoctor.inventory.fabric_model import (  # noqa: F401  (re-exported)
 )
 from netdoctor.parsers.fi_info import FiProvider
 from netdoctor.parsers.lldpctl import LldpNeighbor
+from netdoctor.parsers.mlxlink_counters import PhyCounters
 from netdoctor.parsers.nccl_env import NcclSettings
 from netdoctor.vocabulary import LinkLayer, LinkRate, PhysState, PortState, Topology
 
@@ -98,6 +99,10 @@ class Port:
     neighbor: FirstHop | None = None     # the switch this port is cabled to (smpquery, iblinkinfo, LLDP)
     # RoCE GID table (the first GID_SLOTS_READ entries): index -> (type, address); None: not read.
     gids: dict[int, Gid] | None = None
+    # RoCE traffic class: MLNX_OFED's per-port override of every QP's (`tc/N/traffic_class`,
+    # `Global tclass=106`) and rdma_cm's default ToS (configfs `default_roce_tos`); None: not set or not exposed.
+    traffic_class_override: int | None = None
+    default_roce_tos: int | None = None
     sources: tuple[str, ...] = ()
 
     @property
@@ -181,6 +186,9 @@ class QosConfig:
     trust: str | None = None          # "pcp" | "dscp"
     pfc_enabled: tuple[int, ...] = ()  # priorities 0..7 with PFC enabled
     dcbx_mode: str | None = None
+    # The priority of each DSCP 0..63 (index) as mlnx_qos prints it with trust dscp
+    # (`prio:3 dscp:24,25,...`); (): not printed
+    dscp_to_priority: tuple[int, ...] = ()
 
 
 @dataclass
@@ -202,6 +210,13 @@ class Netdev:
     driver: str | None = None         # the PCI function's kernel driver: gve (GCP gVNIC), ena, mlx5_core
     numa_node: int | None = None
     addresses: tuple[str, ...] | None = None   # IP addresses (`10.0.0.1/24`); None: not read
+    # `ethtool -S`: the physical-layer, pause and per-priority counters (from_tools.PHY_STATS
+    # names which); None: not read. They run since the driver loaded.
+    stats: dict[str, int] | None = None
+    # The DSCP and 802.1p priority this port's CNPs are sent with (MLNX_OFED's ecn/roce_np/cnp_dscp,
+    # cnp_802p_prio); None: not exposed.
+    cnp_dscp: int | None = None
+    cnp_802p_prio: int | None = None
     sources: tuple[str, ...] = ()
 
     @property
@@ -348,6 +363,7 @@ class Inventory:
     pci_tree: dict[str, PciPathFunction] | None = None
     virtualization: str | None = None          # "none" on bare metal, else what says it is a VM; None: unknown
     transceivers: dict[str, ModuleDiagnostics] = field(default_factory=dict)   # RDMA port (or netdev) -> module
+    phy: dict[str, PhyCounters] = field(default_factory=dict)   # RDMA port -> its physical layer (mlxlink -c)
     nccl: NcclSettings | None = None           # NCCL's settings (nccl-env); None: not captured
     ofed_version: str | None = None            # ofed_info -s: `MLNX_OFED_LINUX-23.10-1.1.9.0`
     rdma_driver_version: str | None = None     # /sys/module/mlx5_core/version (MLNX_OFED's, older kernels)

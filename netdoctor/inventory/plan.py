@@ -36,6 +36,7 @@ IMPLIED_NEEDS: dict[str, frozenset[str]] = {
     "kernel-log": frozenset({"gpus", "rdma"}),   # to name the GPU or port an event is about
     "pcie-tree": frozenset({"gpus", "rdma"}),    # the tree is read above GPUs and NICs
     "transceiver": frozenset({"rdma"}),
+    "phy": frozenset({"rdma"}),
     "nccl-env": frozenset({"rdma", "gpus", "pcie-tree"}),
     "loopback": frozenset({"gpus", "topology", "rdma", "pcie-tree"}),   # rails, their GPUs, passive causes
     "neighbors": frozenset({"rdma"}),            # a neighbour is found per RDMA port (its GUIDs, LIDs, netdev)

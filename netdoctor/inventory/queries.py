@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from netdoctor.inventory.hardware import FABRIC_NETDEV_DRIVERS, efa_generation, is_efa
-from netdoctor.inventory.model import Gpu, Hca, Inventory, PciPathFunction
+from netdoctor.inventory.model import Gpu, Hca, Inventory, PciPathFunction, Port
+from netdoctor.parsers.nccl_env import nccl_integer
 from netdoctor.util import natural_key
 
 # PCIe distances from `nvidia-smi topo -m` that put a NIC next to a GPU: at most one bridge
@@ -268,3 +269,36 @@ def gpu_fabric_netdevs(inventory: Inventory) -> dict[str, list[str]] | None:
         if near:
             placed[netdev.name] = near
     return placed or None
+
+
+@dataclass(frozen=True)
+class TrafficClass:
+    """The ToS byte NCCL's RoCE QPs on a port are sent with, and what set it."""
+
+    tos: int
+    why: str          # "NCCL_IB_TC unset", "NCCL_IB_TC=106 (environment)", "mlx5_0 tc/1/traffic_class 106 (...)"
+    # Set where netdoctor sees it (the port, NCCL's files, this process's environment); False:
+    # NCCL's default, which a job's own environment may still change.
+    configured: bool = True
+
+    @property
+    def dscp(self) -> int:
+        return self.tos >> 2      # the low two bits are ECN
+
+
+def nccl_traffic_class(inventory: Inventory, port: Port | None) -> TrafficClass | None:
+    """MLNX_OFED's per-port override (`tc/N/traffic_class`: it rewrites every QP's, NCCL's
+    included) where set; else NCCL_IB_TC as NCCL reads it (src/transport/net_ib.cc: the GRH
+    traffic_class, one byte; -1, NCCL 2.28's "unset", and no setting mean 0); None where NCCL's
+    settings were not read. rdma_cm's default_roce_tos never reaches NCCL (it uses no rdma_cm)."""
+    if port is not None and port.traffic_class_override is not None:
+        return TrafficClass(port.traffic_class_override,
+                            f"{port.hca} tc/{port.number}/traffic_class {port.traffic_class_override} (overrides NCCL_IB_TC)")
+    if inventory.nccl is None:
+        return None
+    setting = inventory.nccl.get("NCCL_IB_TC")
+    value = nccl_integer(setting.value) if setting is not None else None
+    if setting is None or value is None or value == -1:
+        return TrafficClass(0, "NCCL_IB_TC unset" if setting is None else f"NCCL_IB_TC={setting.value!r} (NCCL's default)",
+                            configured=False)
+    return TrafficClass(value & 0xFF, f"NCCL_IB_TC={setting.value} ({setting.origin})")

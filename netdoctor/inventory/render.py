@@ -9,7 +9,13 @@ from typing import Any
 
 from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import FirstHop, Gpu, Inventory, LinkLayer, SourceState
-from netdoctor.inventory.queries import gpu_fabric_netdevs, nearest_gpu, path_from_root, pci_endpoints
+from netdoctor.inventory.queries import (
+    gpu_fabric_netdevs,
+    nccl_traffic_class,
+    nearest_gpu,
+    path_from_root,
+    pci_endpoints,
+)
 from netdoctor.vocabulary import NVML_NVLINK_VERSIONS
 from netdoctor.textsafe import safe_text
 from netdoctor.util import iso_utc, natural_key
@@ -172,6 +178,62 @@ def _module_lines(inventory: Inventory) -> list[str]:
         ["port", "type", "vendor", "part", "temperature", "bias", "rx power", "tx power", "read by"], rows)
 
 
+def _ber(value: float | None) -> str:
+    return "-" if value is None else ("0" if value == 0 else f"{value:.0e}".replace("e-0", "e-"))
+
+
+def _phy_lines(inventory: Inventory) -> list[str]:
+    """Each port's physical layer as the firmware counts it (mlxlink -c), and each RoCE netdev's
+    PHY counters (ethtool -S) and where its RDMA traffic lands (the ToS -> DSCP -> priority chain)."""
+    lines: list[str] = []
+    if inventory.phy:
+        rows = []
+        for port, phy in sorted(inventory.phy.items(), key=lambda item: natural_key(item[0])):
+            window = f"{phy.since_clear_s / 3600:.1f} h" if phy.since_clear_s is not None else "-"
+            lanes = ",".join(map(str, phy.raw_errors_per_lane)) if phy.raw_errors_per_lane else "-"
+            after = max((ber for ber in (phy.effective_ber, phy.symbol_ber) if ber is not None), default=None)
+            status = "ok" if phy.status_opcode == 0 else (
+                f"{phy.status_opcode}: {phy.recommendation or '-'}" if phy.status_opcode is not None else "-")
+            rows.append([port, _or_dash(phy.speed), _or_dash(phy.fec), window, _ber(phy.raw_ber), _ber(after), lanes,
+                         _or_dash(phy.link_down), _or_dash(phy.link_error_recovery), status])
+        lines += ["", f"Physical layer (mlxlink -c, since the counters' last clear; {len(rows)} ports)"] + _table(
+            ["port", "speed", "FEC", "window", "BER before FEC", "after FEC", "raw errors per lane", "link down",
+             "recoveries", "firmware diagnosis"], rows)
+    stats_rows = []
+    for netdev in sorted(inventory.netdevs, key=lambda item: natural_key(item.name)):
+        stats = netdev.stats
+        if stats is None:
+            continue
+        discards = sum(value for name, value in stats.items() if "discard" in name and name.startswith("rx_prio"))
+        stats_rows.append([netdev.name, _or_dash(stats.get("rx_corrected_bits_phy")),
+                           _or_dash(stats.get("rx_pcs_symbol_err_phy")), _or_dash(stats.get("link_down_events_phy")),
+                           _or_dash(stats.get("tx_pause_storm_error_events")), str(discards)])
+    if stats_rows:
+        lines += ["", "RoCE PHY counters (ethtool -S, since the driver loaded)"] + _table(
+            ["netdev", "corrected bits", "uncorrected symbols", "link down", "pause storms", "per-priority discards"],
+            stats_rows)
+    chains = []
+    for port in inventory.ports:
+        netdev = inventory.netdev(port.netdev) if port.netdev else None
+        if port.link_layer is not LinkLayer.ETHERNET or netdev is None or netdev.qos is None:
+            continue
+        qos = netdev.qos
+        traffic = nccl_traffic_class(inventory, port)
+        chain = "NCCL's settings not read" if traffic is None else f"{traffic.why} → ToS {traffic.tos} → DSCP {traffic.dscp}"
+        if traffic is not None and qos.trust == "dscp" and len(qos.dscp_to_priority) == 64:
+            chain += f" → priority {qos.dscp_to_priority[traffic.dscp]}"
+        elif qos.trust != "dscp":
+            chain = f"trust {_or_dash(qos.trust)}: the priority comes from the VLAN tag"
+        cnp = (f"; CNPs DSCP {netdev.cnp_dscp}" + (f" → priority {qos.dscp_to_priority[netdev.cnp_dscp]}"
+                                                   if len(qos.dscp_to_priority) == 64 and netdev.cnp_dscp < 64 else "")
+               if netdev.cnp_dscp is not None else "")
+        pfc = ",".join(map(str, qos.pfc_enabled)) or "off"
+        chains.append(f"  {netdev.name} ({port.name}): {chain}; PFC on {pfc}{cnp}")
+    if chains:
+        lines += ["", "RoCE priority of NCCL's traffic"] + chains
+    return lines
+
+
 _ACS_SHORT = {"SrcValid": "SV", "TransBlk": "TB", "ReqRedir": "RR", "CmpltRedir": "CR", "UpstreamFwd": "UF",
               "EgressCtrl": "EC", "DirectTrans": "DT"}
 
@@ -277,6 +339,7 @@ def render_inventory_text(inventory: Inventory) -> str:
         lines += ["", f"GPU <-> NIC matrix: {inventory.source('nvidia-smi-topo-m').reason()}"]
 
     lines += _module_lines(inventory)
+    lines += _phy_lines(inventory)
     lines += _pcie_tree_lines(inventory)
 
     peer = inventory.peer_memory

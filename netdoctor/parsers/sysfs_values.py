@@ -117,6 +117,30 @@ def parse_numa_node(text: str) -> int | None:
     return None if number < 0 else number
 
 
+_TCLASS = re.compile(r"Global tclass=(?P<value>\d{1,3})\s*(?:#.*)?")
+
+
+def parse_traffic_class(text: str) -> int | None:
+    """MLNX_OFED's `tc/N/traffic_class`: `Global tclass=106` once set (every QP of the port is sent
+    with it, NCCL's too), then per-address rule lines, if any; empty while unset -> None. The ToS
+    byte: 0..255. Rule lines alone set no global class -> None."""
+    lines = _clean(text).splitlines()
+    if not lines or not lines[0].startswith("Global"):
+        return None
+    match = _TCLASS.fullmatch(lines[0].strip())
+    if match is None or int(match.group("value")) > 255:
+        raise ParseError(_SOURCE, f"traffic_class must start 'Global tclass=106', got {lines[0][:40]!r}", 1, lines[0])
+    return int(match.group("value"))
+
+
+def parse_byte(text: str) -> int:
+    """A decimal 0..255 file: rdma_cm's `default_roce_tos` (a ToS byte), `cnp_dscp` (0..63), `cnp_802p_prio` (0..7)."""
+    number = parse_int(text)
+    if not 0 <= number <= 255:
+        raise ParseError(_SOURCE, f"expected 0..255, got {number}", 1, str(number))
+    return number
+
+
 def parse_hex_or_int(text: str) -> int:
     """`lid`/`sm_lid` (`0x1a`) or a decimal value."""
     value = _clean(text)
