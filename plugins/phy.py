@@ -122,7 +122,7 @@ def _judge_mlxlink(ctx: CheckContext, hca: Hca, port: Port, phy: PhyCounters, ra
                 ctx.severity("effective_errors_severity"), port.name,
                 f"{count} {label} after FEC {window.text} (BER {ber_text(ber)}, under the {limit:g} limit): a "
                 "healthy link counts none", evidence=dict(evidence), rule="effective_errors_severity",
-                remedy=f"watch it: run netdoctor again later; if it keeps growing: "
+                remedy="watch it: run netdoctor again later; if it keeps growing: "
                        + _remedy(hca, port, "errors after FEC")))
     findings.extend(_judge_raw(ctx, hca, port, phy, rate, window, bits, evidence))
     link_downs = window.deltas.get("link_down") if window.deltas is not None else None
