@@ -24,10 +24,6 @@ from netdoctor.inventory.model import Netdev, QosConfig
 from netdoctor.inventory.queries import nccl_traffic_class
 
 
-def _priority(qos: QosConfig, dscp: int) -> int | None:
-    return qos.dscp_to_priority[dscp] if len(qos.dscp_to_priority) == 64 else None
-
-
 def judge_chain(ctx: CheckContext, name: str, netdev: Netdev | None, ports: list[str], qos: QosConfig,
                 evidence: dict[str, Any]) -> list[Finding]:
     """Findings where NCCL's traffic or the CNPs land on a lossy priority; notes the chain in `evidence`."""
@@ -40,7 +36,7 @@ def judge_chain(ctx: CheckContext, name: str, netdev: Netdev | None, ports: list
                                   f"read ({ctx.inventory.source('nccl-env').reason()}) and {port.hca if port else name} "
                                   "sets no tc/1/traffic_class", evidence=dict(evidence))]
     dscp = traffic.dscp
-    priority = _priority(qos, dscp)
+    priority = qos.priority_of(dscp)
     pfc = ",".join(map(str, qos.pfc_enabled)) or "no priority"
     chain = f"{traffic.why} → ToS {traffic.tos} → DSCP {dscp}"
     evidence.update(nccl_tos=traffic.tos, nccl_dscp=dscp, nccl_priority=priority,
@@ -74,8 +70,8 @@ def judge_chain(ctx: CheckContext, name: str, netdev: Netdev | None, ports: list
             f"NCCL's RoCE traffic on {name} lands on a lossy priority{unless}: {chain}; PFC is on {pfc}",
             evidence=dict(evidence), rule=rule, remedy=remedy))
     cnp_dscp = netdev.cnp_dscp if netdev is not None else None
-    if cnp_dscp is not None and cnp_dscp < 64:
-        cnp_priority = qos.dscp_to_priority[cnp_dscp]
+    cnp_priority = qos.priority_of(cnp_dscp) if cnp_dscp is not None else None
+    if cnp_priority is not None:
         evidence["cnp_chain"] = f"cnp_dscp {cnp_dscp} → priority {cnp_priority}"
         evidence["cnp_802p_prio"] = netdev.cnp_802p_prio if netdev is not None else None
         allowed = set(ctx.rule("cnp_priorities"))

@@ -24,16 +24,26 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
+from netdoctor.checks.history import PHY_PREFIX, phy_reading
 from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import Hca, LinkLayer, Netdev, Port
 from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
 from netdoctor.parsers.mlxlink_counters import PhyCounters
 from netdoctor.util import duration_text
 from netdoctor_plugins.phy_ethtool import judge_ethtool
-from netdoctor_plugins.phy_rates import PortRate, Window, ber_text, fec_limit, link_down_finding, port_rate
+from netdoctor_plugins.phy_rates import (
+    PortRate,
+    Window,
+    ber_text,
+    fec_limit,
+    link_down_finding,
+    port_rate,
+    since_last_run,
+    usable_interval,
+)
 
 CHECK_ID = "phy"
-PHY = "phy/"     # netdoctor.checks.history keeps mlxlink's counters under this prefix
+SINCE_CLEAR = f"{PHY_PREFIX}since_clear_s"
 
 
 def _remedy(hca: Hca, port: Port, what: str) -> str:
@@ -48,32 +58,25 @@ def _mlxlink_window(ctx: CheckContext, phy: PhyCounters, rate: PortRate | None,
     """The interval the BERs are judged over: since the last run where its reading is usable
     (same boot, not cleared since, long enough, the port's rate known), else mlxlink's own
     since-clear window (as printed)."""
-    minimum = float(ctx.rule("min_window_s"))
-    history = ctx.history
     cumulative = Window(phy.since_clear_s, None, "since the counters were last cleared"
                         + (f" ({duration_text(phy.since_clear_s)} ago)" if phy.since_clear_s else ""))
-    if history is None or previous is None or rate is None or history.elapsed_s < minimum:
-        return cumulative
-    if history.elapsed_s > float(ctx.rule("history_max_age_s")):
+    elapsed_s = usable_interval(ctx, previous)
+    if elapsed_s is None or previous is None or rate is None:
         return cumulative
     # Cleared since the last run (the clear is younger than the interval): the counts are of the shorter window.
-    if phy.since_clear_s is not None and phy.since_clear_s < history.elapsed_s - minimum:
+    if phy.since_clear_s is not None and phy.since_clear_s < elapsed_s - float(ctx.rule("min_window_s")):
         return cumulative
     deltas: dict[str, int] = {}
-    names = ["effective_errors", "symbol_errors", "link_down", "link_error_recovery"]
-    current = {name: getattr(phy, name) for name in names}
-    current.update({f"raw_errors/{lane}": errors for lane, errors in enumerate(phy.raw_errors_per_lane or ())})
-    for name, value in current.items():
-        before = previous.get(f"{PHY}{name}")
-        if value is None or before is None:
+    for key, value in phy_reading(phy).items():
+        before = previous.get(key)
+        if key == SINCE_CLEAR or value is None or before is None:
             continue
         if value < before:
             return cumulative
-        deltas[name] = value - before
+        deltas[key.removeprefix(PHY_PREFIX)] = value - before
     if not deltas:
         return cumulative
-    return Window(history.elapsed_s, deltas, f"in the {duration_text(history.elapsed_s)} since the last run "
-                                              f"({history.source})")
+    return since_last_run(ctx, elapsed_s, deltas)
 
 
 def _raw_lanes(phy: PhyCounters, window: Window) -> list[int] | None:

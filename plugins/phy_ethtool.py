@@ -20,7 +20,15 @@ from netdoctor.checks import CheckContext, Finding, Status
 from netdoctor.checks.history import netdev_key
 from netdoctor.inventory.model import Netdev, Port
 from netdoctor.util import duration_text
-from netdoctor_plugins.phy_rates import PortRate, Window, ber_text, fec_limit, link_down_finding
+from netdoctor_plugins.phy_rates import (
+    PortRate,
+    Window,
+    ber_text,
+    fec_limit,
+    link_down_finding,
+    since_last_run,
+    usable_interval,
+)
 
 DISCARDS = ("discards", "buf_discard", "cong_discard")
 # 32-bit in mlx5 (en_stats.c): a decrease is a wrap, not a driver reload; its growth is lost this once.
@@ -29,12 +37,11 @@ WRAPPING = frozenset({"link_down_events_phy"})
 
 def _window(ctx: CheckContext, netdev: Netdev) -> Window:
     stats = netdev.stats or {}
-    history = ctx.history
     uptime = ctx.inventory.uptime_s
     cumulative = Window(uptime, None, "since the driver loaded" + (f" (at most {duration_text(uptime)})" if uptime else ""))
-    previous = history.ports.get(netdev_key(netdev.name)) if history is not None else None
-    if history is None or previous is None or history.elapsed_s < float(ctx.rule("min_window_s")) \
-            or history.elapsed_s > float(ctx.rule("history_max_age_s")):
+    previous = ctx.history.ports.get(netdev_key(netdev.name)) if ctx.history is not None else None
+    elapsed_s = usable_interval(ctx, previous)
+    if elapsed_s is None or previous is None:
         return cumulative
     deltas = {}
     for name, value in stats.items():
@@ -46,8 +53,7 @@ def _window(ctx: CheckContext, netdev: Netdev) -> Window:
                 continue           # judged again from the next run
             return cumulative      # the driver reloaded: the counts restarted, not an interval
         deltas[name] = value - before
-    return Window(history.elapsed_s, deltas, f"in the {duration_text(history.elapsed_s)} since the last run "
-                                              f"({history.source})")
+    return since_last_run(ctx, elapsed_s, deltas)
 
 
 def _lossless_priorities(netdev: Netdev) -> tuple[list[int], str]:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from netdoctor.checks import CheckContext, Finding
 from netdoctor.inventory.model import Port
+from netdoctor.util import duration_text
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,22 @@ class Window:
     seconds: float | None
     deltas: dict[str, int] | None
     text: str
+
+
+def usable_interval(ctx: CheckContext, previous: object) -> float | None:
+    """Seconds since the earlier reading where growth over it is judged (a reading of this port,
+    at least `min_window_s` and at most `history_max_age_s` old); None otherwise."""
+    history = ctx.history
+    if history is None or previous is None:
+        return None
+    if not float(ctx.rule("min_window_s")) <= history.elapsed_s <= float(ctx.rule("history_max_age_s")):
+        return None
+    return history.elapsed_s
+
+
+def since_last_run(ctx: CheckContext, elapsed_s: float, deltas: dict[str, int]) -> Window:
+    source = ctx.history.source if ctx.history is not None else ""
+    return Window(elapsed_s, deltas, f"in the {duration_text(elapsed_s)} since the last run ({source})")
 
 
 def port_rate(port: Port) -> PortRate | None:

@@ -184,10 +184,14 @@ def join_mlnx_qos(draft: Draft, qos: MlnxQos, fields: Mapping[str, str]) -> None
     netdev.sources += ("mlnx_qos",)
 
 
+def _mlxlink_port(draft: Draft, dev: str) -> str:
+    """The port `mlxlink -d DEV` reads: the device's first (mlx5 gives each port a device of its own)."""
+    hca = draft.inventory.hca(dev)
+    return f"{dev}:{min(hca.ports) if hca is not None and hca.ports else 1}"
+
+
 def join_mlxlink_module(draft: Draft, module: ModuleDiagnostics, fields: Mapping[str, str]) -> None:
-    hca = draft.inventory.hca(fields["dev"])
-    number = min(hca.ports) if hca is not None and hca.ports else 1     # mlxlink -d DEV reads port 1
-    draft.inventory.transceivers.setdefault(f"{fields['dev']}:{number}", module)
+    draft.inventory.transceivers.setdefault(_mlxlink_port(draft, fields["dev"]), module)
 
 
 def join_ethtool_module(draft: Draft, module: ModuleDiagnostics, fields: Mapping[str, str]) -> None:
@@ -199,9 +203,7 @@ def join_ethtool_module(draft: Draft, module: ModuleDiagnostics, fields: Mapping
 
 
 def join_mlxlink_counters(draft: Draft, phy: PhyCounters, fields: Mapping[str, str]) -> None:
-    hca = draft.inventory.hca(fields["dev"])
-    number = min(hca.ports) if hca is not None and hca.ports else 1     # mlxlink -d DEV reads port 1
-    draft.inventory.phy[f"{fields['dev']}:{number}"] = phy
+    draft.inventory.phy[_mlxlink_port(draft, fields["dev"])] = phy
 
 
 # The `ethtool -S` counters a check reads (mlx5 names: the kernel's

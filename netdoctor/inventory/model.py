@@ -190,6 +190,10 @@ class QosConfig:
     # (`prio:3 dscp:24,25,...`); (): not printed
     dscp_to_priority: tuple[int, ...] = ()
 
+    def priority_of(self, dscp: int) -> int | None:
+        """The priority a packet of this DSCP lands on; None where the map was not printed."""
+        return self.dscp_to_priority[dscp] if len(self.dscp_to_priority) == 64 and 0 <= dscp < 64 else None
+
 
 @dataclass
 class Netdev:

@@ -220,12 +220,13 @@ def _phy_lines(inventory: Inventory) -> list[str]:
         qos = netdev.qos
         traffic = nccl_traffic_class(inventory, port)
         chain = "NCCL's settings not read" if traffic is None else f"{traffic.why} → ToS {traffic.tos} → DSCP {traffic.dscp}"
-        if traffic is not None and qos.trust == "dscp" and len(qos.dscp_to_priority) == 64:
-            chain += f" → priority {qos.dscp_to_priority[traffic.dscp]}"
+        priority = qos.priority_of(traffic.dscp) if traffic is not None else None
+        if qos.trust == "dscp" and priority is not None:
+            chain += f" → priority {priority}"
         elif qos.trust != "dscp":
             chain = f"trust {_or_dash(qos.trust)}: the priority comes from the VLAN tag"
-        cnp = (f"; CNPs DSCP {netdev.cnp_dscp}" + (f" → priority {qos.dscp_to_priority[netdev.cnp_dscp]}"
-                                                   if len(qos.dscp_to_priority) == 64 and netdev.cnp_dscp < 64 else "")
+        cnp_priority = qos.priority_of(netdev.cnp_dscp) if netdev.cnp_dscp is not None else None
+        cnp = (f"; CNPs DSCP {netdev.cnp_dscp}" + (f" → priority {cnp_priority}" if cnp_priority is not None else "")
                if netdev.cnp_dscp is not None else "")
         pfc = ",".join(map(str, qos.pfc_enabled)) or "off"
         chains.append(f"  {netdev.name} ({port.name}): {chain}; PFC on {pfc}{cnp}")
