@@ -7,7 +7,8 @@ Their processes run through netdoctor.host.runner; a step that hangs is given up
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from netdoctor.checks.registry import Registry
@@ -88,7 +89,8 @@ def fabric_summary(inventory: Inventory, pack: RulePack) -> dict[str, Any]:
     """The report's `fabric`: GPUs and active compute rails with their rates and nearest GPU
     (fleet probe's expectation; the fleet's rail wiring names a rail by its GPU where HCA
     names are not laid out alike on every node). `rails_guessed: true` where some rail's GPU
-    was a guess (`_guessed`), so the fleet does not count a node that guessed as miswired."""
+    was a guess (`_guessed`), so the fleet does not count a node that guessed as miswired;
+    `nvlink_domain` where the node's GPUs are in a multi-node NVLink domain (`nvlink_domain`)."""
     if not inventory.gpus and not inventory.hcas:
         return {}
     rails: list[dict[str, Any]] = []
@@ -111,7 +113,39 @@ def fabric_summary(inventory: Inventory, pack: RulePack) -> dict[str, Any]:
         platform["product"] = inventory.dmi.product_name
     if inventory.pci_gpus is not None:
         platform["gpus_on_bus"] = len(inventory.pci_gpus)
+    domain = nvlink_domain(inventory.gpus)
+    if domain is not None:
+        platform["nvlink_domain"] = domain
     return {"gpus": len(inventory.gpus), "rails": rails, **platform, **({"rails_guessed": True} if guessed else {})}
+
+
+def nvlink_domain(gpus: Iterable[Gpu]) -> dict[str, Any] | None:
+    """The report's `fabric.nvlink_domain` (the fleet's `nvlink_domains`): the cluster UUID and
+    clique most of the node's GPUs in a multi-node NVLink domain give, and where the tray sits
+    (NVML platform info: chassis serial, slot, tray index, most GPUs' values); None where no
+    GPU is in a domain nor names a chassis (HGX/DGX with NVSwitches on the board, older GPUs).
+    `mixed: true` where the node's GPUs in a domain disagree on the cluster or clique."""
+    gpus = tuple(gpus)
+    domains: Counter[tuple[str, int | None]] = Counter()
+    chassis: Counter[str] = Counter()
+    for gpu in gpus:
+        if gpu.fabric is not None and gpu.fabric.in_nvlink_domain and gpu.fabric.cluster_uuid is not None:
+            domains[(gpu.fabric.cluster_uuid, gpu.fabric.clique_id)] += 1
+        serial = gpu.platform.chassis_serial_number if gpu.platform is not None else None
+        if serial and serial.strip():
+            chassis[serial.strip()] += 1
+    if not domains and not chassis:
+        return None
+    cluster_uuid, clique_id = domains.most_common(1)[0][0] if domains else (None, None)
+    serial = chassis.most_common(1)[0][0] if chassis else None
+    places = [gpu.platform for gpu in gpus if gpu.platform is not None and serial is not None
+              and (gpu.platform.chassis_serial_number or "").strip() == serial]
+    slots = Counter(place.slot_number for place in places if place.slot_number is not None)
+    trays = Counter(place.tray_index for place in places if place.tray_index is not None)
+    return {"cluster_uuid": cluster_uuid, "clique_id": clique_id, "chassis_serial_number": serial,
+            "slot_number": slots.most_common(1)[0][0] if slots else None,
+            "tray_index": trays.most_common(1)[0][0] if trays else None,
+            **({"mixed": True} if len(domains) > 1 else {})}
 
 
 def _guessed(inventory: Inventory, hca: Hca, basis: str) -> bool:

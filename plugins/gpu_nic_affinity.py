@@ -11,6 +11,11 @@ that died or lost its driver binding (the GPU's nearest NIC vanishes from the ma
 card moved to the wrong slot, a BIOS that renumbers NUMA nodes.
 
 PCIe distance order, nearest first: PIX < PXB < PHB < NODE < SYS.
+
+On Grace (GH200, GB200, GB300) the GPU attaches to its CPU over NVLink-C2C and `topo -m` prints
+SYS between every GPU and every NIC by design; there (`placement_by`: `numa`, or `auto` where
+the GPUs are NUMA nodes of their own) a NIC on the CPU socket of the GPU (its NUMA node) counts
+as NODE, one on the other socket as SYS, and the rest of the judgement is the same.
 """
 
 from __future__ import annotations
@@ -22,13 +27,19 @@ from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Gpu, Hca, Inventory, Port, Topology
 from netdoctor.inventory.hardware import is_efa
-from netdoctor.inventory.queries import pcie_level, unbound_efa_functions, virtual_function_note
+from netdoctor.inventory.queries import (
+    gpus_attached_by_c2c,
+    pcie_level,
+    unbound_efa_functions,
+    virtual_function_note,
+)
 from netdoctor.packs import role_of
 from netdoctor.util import natural_key
 
 CHECK_ID = "gpu-nic-affinity"
 LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 RANK = {level: rank for rank, level in enumerate(LEVELS)}
+PLACEMENT_BASES = ("auto", "pcie", "numa")
 CROSS_SOCKET_REMEDY = ("the GPU's nearest compute NIC is missing or placed behind the other socket: check that "
                        "the NIC next to this GPU is present and bound to mlx5_core (`lspci -nnk`, `ibdev2netdev`), "
                        "and that cards sit in the slots the platform guide gives")
@@ -41,6 +52,28 @@ def _expected_rank(ctx: CheckContext) -> int:
     if level not in RANK:
         raise RulesError(f"[{CHECK_ID}] expected_level = {level!r}: expected one of {', '.join(LEVELS)}")
     return RANK[level]
+
+
+def _placement_basis(ctx: CheckContext) -> str:
+    """`pcie` (the topo -m matrix, the PCIe tree for EFA) or `numa` (the CPU socket: Grace)."""
+    basis = ctx.rule("placement_by")
+    if basis not in PLACEMENT_BASES:
+        raise RulesError(f"[{CHECK_ID}] placement_by = {basis!r}: expected one of {', '.join(PLACEMENT_BASES)}")
+    if basis == "auto":
+        return "numa" if gpus_attached_by_c2c(ctx.inventory) else "pcie"
+    return basis
+
+
+def _numa_levels(gpus: list[Gpu], hcas: Mapping[str, Hca]) -> dict[str, dict[str, str]]:
+    """GPU label -> {NIC: NODE (the GPU's CPU socket) or SYS (the other one)}, nearest first, for
+    the GPUs and NICs whose NUMA node is known."""
+    levels_by_gpu: dict[str, dict[str, str]] = {}
+    for gpu in gpus:
+        levels = {name: "NODE" if hca.numa_node == gpu.numa_node else "SYS" for name, hca in hcas.items()
+                  if gpu.numa_node is not None and hca.numa_node is not None}
+        if levels:
+            levels_by_gpu[gpu.label] = dict(sorted(levels.items(), key=lambda item: (RANK[item[1]], natural_key(item[0]))))
+    return levels_by_gpu
 
 
 def _port_roles(ctx: CheckContext, port: Port, hca: Hca) -> set[str]:
@@ -118,9 +151,8 @@ def assign_rails(levels_by_gpu: Mapping[str, Mapping[str, str]]) -> dict[str, st
 
 
 def _placement_finding(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], rails: Mapping[str, str] | None,
-                       evidence: dict[str, Any]) -> Finding:
+                       evidence: dict[str, Any], expected_rank: int) -> Finding:
     """Judge a GPU by the PCIe matrix: by its nearest NIC, or by its own rail where one rail per GPU is expected."""
-    expected_rank = _expected_rank(ctx)
     best = min(RANK[level] for level in levels.values())
     nearest = [name for name, level in levels.items() if RANK[level] == best]
     evidence.update(levels=dict(levels), nearest_nics=nearest, level=LEVELS[best])
@@ -206,13 +238,13 @@ def _efa_tree_levels(inventory: Inventory, gpus: list[Gpu], hcas: Mapping[str, H
     return levels_by_gpu if below_root else None
 
 
-def _too_few_near_nics(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], evidence: dict[str, Any]) -> Finding | None:
+def _too_few_near_nics(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], evidence: dict[str, Any],
+                       limit: int) -> Finding | None:
     """A platform with several NICs per GPU (`min_near_nics`: 4 EFA per H100 on p5) and a GPU that has
     fewer within `expected_level`: it lost bandwidth, and the finding names what it lost."""
     wanted = int(ctx.rule("min_near_nics"))
     if wanted <= 0 or not levels:
         return None
-    limit = _expected_rank(ctx)
     inventory = ctx.inventory
     near = [name for name, level in levels.items() if RANK[level] <= limit]
     working = [name for name in near
@@ -247,10 +279,15 @@ def gpu_nic_affinity(ctx: CheckContext) -> Iterator[Finding]:
     if not hcas:
         yield ctx.skip("node", "no compute-role RDMA NICs (all are classed storage, management or unused)")
         return
-    expected_level = LEVELS[_expected_rank(ctx)]
+    expected_rank = _expected_rank(ctx)
+    basis = _placement_basis(ctx)
+    if basis == "numa":
+        # A NUMA node tells no distance closer than NODE: a pack's PIX/PXB cannot be judged here.
+        expected_rank = max(expected_rank, RANK["NODE"])
+    expected_level = LEVELS[expected_rank]
     one_rail = bool(ctx.rule("one_rail_per_gpu"))
     gpus = sorted(inventory.gpus, key=lambda gpu: gpu.index)
-    tree_levels = _efa_tree_levels(inventory, gpus, hcas)
+    tree_levels = _efa_tree_levels(inventory, gpus, hcas) if basis == "pcie" else _numa_levels(gpus, hcas)
     # nvidia-smi never shows EFA devices: the PCIe tree is where they are placed.
     problem = _topology_problem(inventory) if tree_levels is None else None
     if problem is not None and any(is_efa(hca) for hca in hcas.values()):
@@ -279,12 +316,17 @@ def gpu_nic_affinity(ctx: CheckContext) -> Iterator[Finding]:
     nic_numa = {name: hcas[name].numa_node for name in sorted(hcas, key=natural_key)}
     for gpu in gpus:
         evidence: dict[str, Any] = {"numa_node": gpu.numa_node, "nic_numa_nodes": dict(nic_numa),
-                                    "expected_level": expected_level}
-        too_few = _too_few_near_nics(ctx, gpu, levels_by_gpu.get(gpu.label, {}), evidence)
+                                    "expected_level": expected_level, "placement_by": basis}
+        if gpu.memory_numa_node is not None:
+            evidence["memory_numa_node"] = gpu.memory_numa_node
+        too_few = _too_few_near_nics(ctx, gpu, levels_by_gpu.get(gpu.label, {}), evidence, expected_rank)
         if too_few is not None:
             yield too_few
         elif gpu.label in levels_by_gpu:
-            yield _placement_finding(ctx, gpu, levels_by_gpu[gpu.label], rails, evidence)
+            yield _placement_finding(ctx, gpu, levels_by_gpu[gpu.label], rails, evidence, expected_rank)
+        elif basis == "numa":
+            yield _numa_finding(ctx, gpu, hcas, "placed by NUMA node (Grace: topo -m shows SYS to every NIC)",
+                                True, evidence)
         elif problem is not None:
             yield _numa_finding(ctx, gpu, hcas, problem, True, evidence)
         elif topology is not None and gpu.label not in topology.gpus:

@@ -10,7 +10,9 @@ the next prolog needs.
 GPU Xids are graded by NVIDIA's Xid catalog, its immediate resolution per Xid (xid_catalog.py):
 RESET_GPU, RESTART_BM, CONTACT_SUPPORT and the ECC/NVLink workflows fail; RESTART_APP and
 IGNORE are the job's or nothing, a warning only when one GPU repeats them past
-`application_xid_repeat`; Xid 154 by the recovery action it names. An Xid older than the
+`application_xid_repeat`; Xid 154 by the recovery action it names; Blackwell's NVLink5 Xids
+(144-150) by the `Fatal`/`Nonfatal` their lines carry (fatal fail; non-fatal warn until one GPU
+repeats them `nvlink5_nonfatal_repeat` times). An Xid older than the
 newest load of the NVIDIA driver (`NVRM: loading NVIDIA UNIX ... Kernel Module`) is history:
 the reload reinitialised every GPU, so it is shown and not graded. A reset of one GPU
 (`nvidia-smi -r`) logs no kernel line that says so, and is not seen here.
@@ -175,7 +177,8 @@ def _judge_xids(ctx: CheckContext, xids: XidRules, pci: str, subject: str, curre
             tally.add(event)
         evidence = tally.evidence()
         evidence["codes"] = {str(verdict.code): {"count": verdict.count, "resolution": verdict.resolution,
-                                                 "grade": verdict.grade} for verdict in verdicts}
+                                                 "grade": verdict.grade, **(verdict.detail or {})}
+                             for verdict in verdicts}
     before = ""
     if history:
         past = _Tally()
@@ -227,6 +230,8 @@ def _rule_of(xids: XidRules, verdict: XidVerdict) -> str:
     """The pack key that set this grade."""
     if str(verdict.code) in xids.overrides:
         return "xid_severity"
+    if verdict.rule:
+        return verdict.rule
     if verdict.grade == "repeat":
         return "application_xid_repeat"
     if verdict.code == RECOVERY_XID and verdict.resolution != RECOVERY_BUCKET:

@@ -1,9 +1,10 @@
 """`nvlink`: are every GPU's NVLinks up, alike, and free of growing errors?
 
 On an NVSwitch node each GPU reaches the others over its NVLinks (18 NVLink 4.0 links on an
-H100/H200 SXM). A link that trained down or dropped leaves the GPU running: NCCL routes
-around it and the all-reduce runs slower on every step, or a GPU falls back to PCIe. Replay
-and recovery counters that grow mean a marginal link that will drop under load.
+H100/H200 SXM, 18 NVLink 5.0 links on B200/B300/GB200/GB300). A link that trained down or
+dropped leaves the GPU running: NCCL routes around it and the all-reduce runs slower on every
+step, or a GPU falls back to PCIe. Replay and recovery counters that grow mean a marginal link
+that will drop under load.
 
 Counts come from NVML (per link where the driver gives it), judged as DCGM's NVLink health
 watch judges them (NVIDIA/DCGM modules/health/DcgmHealthWatch.cpp, MonitorNVLink4Fields):
@@ -12,7 +13,10 @@ replay and recovery errors by any growth since the last run (the same history an
 flit/data errors only by their rate per second (DCGM_LIMIT_MAX_NVLINK_CRC_ERROR, 100/s),
 since a healthy link's CRC counters grow with traffic (replay corrects them). With no earlier
 reading (the first run after boot) the window is the time since boot: the counters count
-from the driver's load. See docs/checks.md (`nvlink`).
+from the driver's load. NVLink 5, where the driver no longer answers those four counters, is
+judged as DCGM's MonitorNVLink5Fields judges it: symbol errors (errors FEC did not correct) by
+growth like replay, and each link's effective BER against the pack's limit (DCGM's 1e-12,
+common/DcgmUtilities.cpp IsEffectiveBerThresholdExceeded). See docs/checks.md (`nvlink`).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.checks.api import majority
 from netdoctor.checks.history import nvlink_key
-from netdoctor.inventory.model import NVLINK_ERROR_COUNTERS, Gpu
+from netdoctor.inventory.model import NVLINK5_ERROR_COUNTERS, NVLINK_ERROR_COUNTERS, Gpu
 from netdoctor.probe.expectation import nvlink_version_name
 from netdoctor.util import duration_text
 
@@ -33,7 +37,9 @@ CHECK_ID = "nvlink"
 REMEDY_DOWN = ("reset the GPU when idle (`nvidia-smi -r -i N`) or reboot; if the links stay down, reseat the GPU "
                "tray / baseboard and open a hardware case (NVLink down is a board or NVSwitch fault)")
 REMEDY_ERRORS = ("drain the node and run the NVLink diagnostics (`dcgmi diag -r 3` or the vendor's field "
-                 "diagnostics); growing replay/recovery errors mean a marginal link that will drop under load")
+                 "diagnostics); growing replay/recovery/symbol errors mean a marginal link that will drop under load")
+REMEDY_BER = ("drain the node and run the NVLink field diagnostics (`dcgmi diag -r 3`); on an NVL72 tray check "
+              "the tray's seating and the NVLink cable cartridge of that link before replacing parts")
 REMEDY_WATCH = ("watch the link: run netdoctor again after the next job (or `dcgmi health -c` with the NVLink watch "
                 "set); if the errors keep growing, drain the node and run `dcgmi diag -r 3`")
 
@@ -86,10 +92,13 @@ def _judge_gpu(ctx: CheckContext, gpu: Gpu, expected: int | None, node_version: 
                        f"{min(link.speed_mbps or 0 for link in slow)} MB/s, the node's links run at {node_speed} MB/s",
                        evidence={**evidence, "slow_links": {link.link: link.speed_mbps for link in slow}},
                        remedy=REMEDY_DOWN)
-    for finding in _judge_errors(ctx, gpu, subject):
+    for finding in (*_judge_errors(ctx, gpu, subject), *_judge_ber(ctx, gpu, subject)):
         problems += 1
         yield finding
     if not problems:
+        bers = [link.effective_ber for link in gpu.nvlinks if link.active and link.effective_ber is not None]
+        if bers:
+            evidence["effective_ber_max"] = max(bers)
         speed = f", {gpu.nvlinks[0].speed_mbps / 1000:g} GB/s each" if gpu.nvlinks and gpu.nvlinks[0].speed_mbps else ""
         version = f" (NVLink {version_name}{speed})" if version_name else ""
         yield ctx.passed(subject, f"{active}/{gpu.nvlink_total} NVLinks active{version}", evidence=evidence)
@@ -143,7 +152,7 @@ def _judge_errors(ctx: CheckContext, gpu: Gpu, subject: str) -> Iterator[Finding
         text = ", ".join(item.text() for item, _ in warned)
         if any(item.growth for item, _ in warned):
             summary = (f"NVLink errors grew since the last run: {text}; DCGM's NVLink health watch counts any "
-                       "replay/recovery growth as an error (below the pack's fail rate)")
+                       "replay/recovery/symbol error growth as an error (below the pack's fail rate)")
         else:
             summary = f"NVLink errors with no earlier reading to tell growth: {text}"
         yield ctx.warn(subject, summary, evidence=evidence, remedy=REMEDY_WATCH, rule=warned[0][1])
@@ -160,7 +169,7 @@ def _counts(ctx: CheckContext, gpu: Gpu) -> Iterator[_Count]:
     uptime = ctx.inventory.uptime_s if ctx.inventory.uptime_s is not None and ctx.inventory.uptime_s > 0 else None
     for link in gpu.nvlinks:
         previous = history.ports.get(nvlink_key(gpu, link.link)) if history is not None and elapsed_s else None
-        for name in NVLINK_ERROR_COUNTERS:
+        for name in (*NVLINK_ERROR_COUNTERS, *NVLINK5_ERROR_COUNTERS):
             value = link.errors.get(name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 continue
@@ -192,6 +201,8 @@ def _judge_count(ctx: CheckContext, item: _Count) -> tuple[str, str, str] | None
     if seconds >= float(ctx.rule("rate_min_interval_s")):
         if item.name == "replay":
             rule, per_hour_limit = "replay_per_hour_fail", float(ctx.rule("replay_per_hour_fail"))
+        elif item.name == "symbol_errors":
+            rule, per_hour_limit = "symbol_errors_per_hour_fail", float(ctx.rule("symbol_errors_per_hour_fail"))
         else:
             rule, per_hour_limit = "recovery_per_hour_fail", float(ctx.rule("recovery_per_hour_fail"))
         if item.count * 3600 / seconds >= per_hour_limit:
@@ -201,11 +212,28 @@ def _judge_count(ctx: CheckContext, item: _Count) -> tuple[str, str, str] | None
         # burst, no rate: only a large count fails.
         return "fail", f"{item.count} in {duration_text(seconds)}, fails at {count_limit}", "error_growth_count_fail"
     if item.growth:
-        return "warn", "", "replay_recovery_growth"
+        return "warn", "", "symbol_errors_growth" if item.name == "symbol_errors" else "replay_recovery_growth"
     if item.name == "recovery":
         # A link that retrained since boot: no rate to fail it, but not a clean link either.
         return "warn", "", "recovery_since_boot"
-    return None     # replays since boot below the rate: link training and old bursts, not judged
+    return None     # replays / symbol errors since boot below the rate: link training and old bursts, not judged
+
+
+def _judge_ber(ctx: CheckContext, gpu: Gpu, subject: str) -> Iterator[Finding]:
+    """NVLink 5: each link's effective BER (NVML's, decoded) against the pack's limit, as DCGM's
+    NVLink health watch fails a link past 1e-12. An inactive link's value is not judged."""
+    limit = float(ctx.rule("effective_ber_limit"))
+    # 1e-9 relative: DCGM compares the packed mantissa/exponent, so 10 x 10^-13 (= 1e-12) passes
+    # there; the float product of the two may land a hair above the limit.
+    high = [link for link in gpu.nvlinks if link.active is not False and link.effective_ber is not None
+            and link.effective_ber > limit * (1 + 1e-9)]
+    if not high:
+        return
+    text = ", ".join(f"link {link.link} {link.effective_ber:.1e}" for link in high)
+    yield ctx.graded(ctx.severity("effective_ber_severity"), subject,
+                     f"NVLink effective BER past {limit:g} (errors left after FEC): {text}",
+                     evidence={"effective_ber": {link.link: link.effective_ber for link in high}, "limit": limit},
+                     remedy=REMEDY_BER, rule="effective_ber_limit")
 
 
 def _majority(values: list[Any]) -> Any:

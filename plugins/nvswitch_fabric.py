@@ -1,14 +1,18 @@
-"""`nvswitch-fabric`: on an NVSwitch node, is the NVLink fabric up and every GPU in it?
+"""`nvswitch-fabric`: is the NVLink fabric up, every GPU in it, and (NVL72) this tray in its domain?
 
 On HGX/DGX H100/H200 the NVSwitches are configured by nvidia-fabricmanager; until it has
 run, every GPU's fabric state stays `not_started`/`in_progress` and CUDA refuses to start
-work (or NCCL falls back to PCIe). In a multi-node NVLink domain (GB200 NVL72) IMEX must
-run too. A VM that sees no NVSwitch but whose NVML reports `completed` passes on that alone
-(the host runs the fabric manager; the real 2x H200 VM of the device tool is such a node).
+work (or NCCL falls back to PCIe). HGX/DGX B200/B300 boards need it too, though their
+NVSwitches are not on the PCI bus. A GB200/GB300 NVL72 tray's NVSwitches are in the rack: its
+GPUs must be registered, in the rack's NVLink domain (non-zero clique and cluster UUID) and
+healthy, and IMEX must run with its domain UP (netdoctor_plugins.nvswitch_domain says how each
+kind is told). A VM that sees no NVSwitch but whose NVML reports `completed` passes on that
+alone (the host runs the fabric manager; the real 2x H200 VM of the device tool is such a node).
 
-This check reads NVML's fabric state and `systemctl show`; it never touches the switches'
-management ports (reading some of their registers floods the kernel log on FM-managed
-systems: `ACCESS_REG(0x805) failed`).
+This check reads NVML's fabric state (`nvidia-smi -q` where NVML gave none), platform info,
+`systemctl show` and `nvidia-imex-ctl -N`; it never touches the switches' management ports
+(reading some of their registers floods the kernel log on FM-managed systems:
+`ACCESS_REG(0x805) failed`).
 """
 
 from __future__ import annotations
@@ -17,67 +21,72 @@ from collections.abc import Iterator
 
 from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.inventory.model import Gpu, GpuFabric
+from netdoctor.report.model import Status
+from netdoctor_plugins.nvswitch_domain import (
+    fabric_evidence,
+    health_problems,
+    health_words,
+    judge_imex,
+    judge_service,
+    judge_tray_gpu,
+    nvl72_tray,
+    nvlink5_board,
+    subject_of,
+    worst,
+)
 
 CHECK_ID = "nvswitch-fabric"
 FABRIC_MANAGER = "nvidia-fabricmanager"
-IMEX = "nvidia-imex"
-REMEDY_SERVICE = ("`systemctl restart {unit}` and read why it stopped: `journalctl -u {unit} -b`; its version must "
-                  "match the NVIDIA driver's exactly (`nv-fabricmanager --version` vs `nvidia-smi`)")
 REMEDY_FABRIC = ("check `nvidia-smi -q | grep -A4 Fabric` and the fabric manager log "
                  "(/var/log/fabricmanager.log); restart nvidia-fabricmanager, then reset the GPUs or reboot")
 
 
 @check(CHECK_ID, "NVSwitch fabric: fabric manager (and IMEX in an NVLink domain) running, every GPU's fabric state "
-       "completed with success", needs=("fabric",), order=74)
+       "completed with success, NVL72 trays in their NVLink domain", needs=("fabric",), order=74)
 def nvswitch_fabric(ctx: CheckContext) -> Iterator[Finding]:
     inventory = ctx.inventory
     switches = inventory.nvswitches or ()
     gpus = sorted(inventory.gpus, key=lambda gpu: gpu.index)
     reporting = [gpu for gpu in gpus if gpu.fabric is not None and gpu.fabric.state not in (None, "not_supported")]
-    if not switches and not reporting:
+    trays = {gpu.index for gpu in gpus if nvl72_tray(gpu)}
+    boards = [gpu for gpu in gpus if nvlink5_board(gpu)]
+    if not switches and not reporting and not trays and not boards:
         yield ctx.skip("node", "no NVSwitch on the PCI bus and NVML reports no fabric state for any GPU "
                        "(PCIe GPUs, NVLink bridges, or a GPU generation without fabric state)")
         return
     if switches:
-        yield from _judge_service(ctx, FABRIC_MANAGER, f"{len(switches)} NVSwitch{'es' if len(switches) != 1 else ''} "
-                                  f"on the PCI bus")
-    if any(_in_nvlink_domain(gpu) for gpu in reporting):
-        yield from _judge_service(ctx, IMEX, "the GPUs belong to a multi-node NVLink domain (cluster UUID set)")
-    for gpu in reporting:
-        if gpu.fabric is not None:
-            yield _judge_gpu(ctx, gpu, gpu.fabric, bool(switches))
+        yield from judge_service(ctx, FABRIC_MANAGER, f"{len(switches)} NVSwitch{'es' if len(switches) != 1 else ''} "
+                                 f"on the PCI bus")
+    elif boards and inventory.virtualization in (None, "none"):
+        yield from judge_service(ctx, FABRIC_MANAGER, f"{len(boards)} NVLink 5 GPUs whose NVSwitches sit on the "
+                                 "baseboard, off the PCI bus; it also starts the NVLink subnet manager there")
+    in_domain = [gpu for gpu in reporting if gpu.fabric is not None and gpu.fabric.in_nvlink_domain]
+    if in_domain:
+        yield from judge_imex(ctx, in_domain)
+    managed_here = bool(switches) or bool(boards)
+    judged = {gpu.index for gpu in reporting}
+    for gpu in gpus:
+        fabric = gpu.fabric
+        if fabric is None or gpu.index not in judged:
+            if gpu.index in trays:
+                yield _tray_unknown(ctx, gpu, fabric)
+            elif gpu in boards:
+                yield ctx.unknown(subject_of(gpu), f"{gpu.name} on an NVLink 5 baseboard whose fabric registration is "
+                                  "not known: " + "; ".join(ctx.inventory.source(name).reason()
+                                                            for name in ("nvml", "nvidia-smi-q")))
+            continue
+        failed = _registration(ctx, gpu, fabric)
+        if gpu.index in trays:
+            yield judge_tray_gpu(ctx, gpu, fabric, failed)
+        else:
+            yield failed or _healthy(ctx, gpu, fabric, managed_here)
 
 
-def _judge_service(ctx: CheckContext, unit: str, why_needed: str) -> Iterator[Finding]:
-    service = ctx.inventory.services.get(unit)
-    remedy = REMEDY_SERVICE.format(unit=unit)
-    if service is None:
-        yield ctx.unknown(unit, f"{unit} is needed ({why_needed}) but its state is not known: "
-                          f"{ctx.inventory.source(f'systemctl-show-{unit}').reason()}")
-        return
-    evidence = {"active_state": service.active_state, "sub_state": service.sub_state, "result": service.result,
-                "restarts": service.restarts}
-    if service.active_state != "active" or service.sub_state not in (None, "running", "exited"):
-        state = "/".join(part for part in (service.active_state, service.sub_state) if part)
-        result = f", result {service.result}" if service.result and service.result != "success" else ""
-        yield ctx.finding(ctx.severity("service_failed_severity"), unit,
-                          f"{unit} is {state or 'not running'}{result} ({why_needed}): without it the NVLink "
-                          "fabric is not configured", evidence=evidence, remedy=remedy, rule="service_failed_severity")
-        return
-    if service.restarts is not None and service.restarts > int(ctx.rule("max_restarts")):
-        yield ctx.warn(unit, f"{unit} is running but restarted {service.restarts} times since it was started",
-                       evidence=evidence, remedy=remedy, rule="max_restarts")
-        return
-    yield ctx.passed(unit, f"{unit} is running", evidence=evidence)
-
-
-def _judge_gpu(ctx: CheckContext, gpu: Gpu, fabric: GpuFabric, switches_visible: bool) -> Finding:
-    subject = f"{gpu.label} {gpu.pci_address}" if gpu.pci_address else gpu.label
-    evidence = {"state": fabric.state, "status": fabric.status, "clique_id": fabric.clique_id,
-                "cluster_uuid": fabric.cluster_uuid}
+def _registration(ctx: CheckContext, gpu: Gpu, fabric: GpuFabric) -> Finding | None:
+    """The finding for a GPU not (yet) registered with its fabric; None when completed with success."""
     if fabric.state == "completed" and fabric.status == "success":
-        where = "" if switches_visible else " (no NVSwitch visible here: the host manages the fabric)"
-        return ctx.passed(subject, f"fabric registration completed{where}", evidence=evidence)
+        return None
+    subject, evidence = subject_of(gpu), fabric_evidence(gpu, fabric)
     if fabric.state == "in_progress":
         return ctx.finding(ctx.severity("in_progress_severity"), subject,
                            "fabric registration still in progress: CUDA work waits until it completes",
@@ -88,7 +97,24 @@ def _judge_gpu(ctx: CheckContext, gpu: Gpu, fabric: GpuFabric, switches_visible:
                        evidence=evidence, remedy=REMEDY_FABRIC, rule="fabric_failed_severity")
 
 
-def _in_nvlink_domain(gpu: Gpu) -> bool:
-    """A multi-node NVLink domain gives its GPUs a non-zero cluster UUID."""
-    uuid = gpu.fabric.cluster_uuid if gpu.fabric else None
-    return bool(uuid) and uuid.replace("-", "").strip("0") != ""
+def _healthy(ctx: CheckContext, gpu: Gpu, fabric: GpuFabric, managed_here: bool) -> Finding:
+    """A registered GPU of a board or VM: its fabric health where NVML reports one."""
+    subject, evidence = subject_of(gpu), fabric_evidence(gpu, fabric)
+    problems = health_problems(ctx, fabric)
+    if problems:
+        status, rule = worst(problems)
+        return ctx.finding(status, subject, "fabric registration completed, but " + "; ".join(
+            words for _, _, words in problems), evidence=evidence, remedy=REMEDY_FABRIC, rule=rule)
+    where = "" if managed_here else " (no NVSwitch visible here: the host manages the fabric)"
+    health = "" if fabric.health_summary in (None, "not_supported") else f"; {health_words(fabric)}"
+    return ctx.passed(subject, f"fabric registration completed{where}{health}", evidence=evidence)
+
+
+def _tray_unknown(ctx: CheckContext, gpu: Gpu, fabric: GpuFabric | None) -> Finding:
+    if fabric is not None and fabric.state == "not_supported":
+        why = "NVML says NVLink fabric is not supported on it (not an NVL72 tray after all?)"
+    else:
+        why = "its fabric state was not read: " + "; ".join(
+            ctx.inventory.source(name).reason() for name in ("nvml", "nvidia-smi-q"))
+    return ctx.finding(Status.UNKNOWN, subject_of(gpu), f"NVL72 tray GPU ({gpu.name or 'GB200/GB300'}) whose NVLink "
+                       f"domain is not known: {why}")

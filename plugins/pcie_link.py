@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
-from netdoctor.inventory.model import Gpu, Hca, Inventory, PcieLink
+from netdoctor.inventory.model import Gpu, Hca, Inventory, PciPathFunction, PcieLink
 from netdoctor.inventory.queries import path_from_root, pci_endpoints, virtual_function_note
 from netdoctor.report.model import STATUS_SEVERITY
 from netdoctor.util import natural_key
@@ -225,9 +225,26 @@ def pcie_link(ctx: CheckContext) -> Iterator[Finding]:
     yield from _judge_switch_uplinks(ctx)
 
 
+def _uplink_limit(link: PcieLink, parent: PciPathFunction | None) -> tuple[int, str]:
+    """The generation the uplink can train to, and what caps it ("": the switch itself).
+
+    sysfs `max_link_speed` is the port's own capability (LnkCap) and `current_link_speed` what
+    the link negotiated (LnkSta); a link trains to the lower of its two ends' speeds, so a Gen6
+    switch on a Gen5 root port runs at Gen5 by design, not downtrained. Width is not capped so:
+    a root port narrower than the switch is a bifurcation setting worth a look.
+    """
+    assert link.max_gen is not None
+    other = parent.link if parent is not None else None
+    if parent is None or other is None or other.max_gen is None or other.max_gen >= link.max_gen:
+        return link.max_gen, ""
+    kind = (parent.port_type or "port").replace("_", " ")
+    return other.max_gen, f"{kind} {parent.address} above it tops out at Gen{other.max_gen}"
+
+
 def _judge_switch_uplinks(ctx: CheckContext) -> Iterator[Finding]:
     """The uplink of each PCIe switch on a GPU/NIC path (its upstream port's link): a narrow
-    or slow uplink caps every device behind the switch, though their own links look fine."""
+    or slow uplink caps every device behind the switch, though their own links look fine.
+    Judged against what the link can train to: the lower of the switch's and its parent's maximum."""
     inventory = ctx.inventory
     tree = inventory.pci_tree or {}
     behind: dict[str, list[str]] = {}
@@ -242,17 +259,26 @@ def _judge_switch_uplinks(ctx: CheckContext) -> Iterator[Finding]:
         assert link is not None and link.current_gen is not None and link.max_gen is not None
         assert link.current_width is not None and link.max_width is not None
         devices = ", ".join(sorted(behind[address], key=natural_key))
-        evidence = {"bridge": address, "behind": behind[address], **_link_evidence(link)}
+        parent = tree.get(function.parent) if function.parent else None
+        max_gen, cause = _uplink_limit(link, parent)
+        evidence = {"bridge": address, "behind": behind[address], **_link_evidence(link),
+                    "parent": function.parent, "expected_gen": max_gen}
+        if parent is not None and parent.link is not None:
+            evidence["parent_max_gen"] = parent.link.max_gen
         verdicts: list[Verdict] = []
         if link.current_width < link.max_width:
             verdicts.append(Verdict(ctx.severity("low_width_severity"),
                                     f"PCIe switch uplink {address} runs at x{link.current_width} of x{link.max_width}: "
                                     f"{devices} behind it share {link.current_width * 100 // link.max_width} % of "
                                     "its bandwidth", "low_width_severity"))
-        if link.current_gen < link.max_gen:
+        if link.current_gen < max_gen:
             verdicts.append(Verdict(ctx.severity("uplink_low_speed_severity"),
-                                    f"PCIe switch uplink {address} runs at {_describe(link, True)}, below its maximum "
-                                    f"{_describe(link, False)} ({devices} behind it)", "uplink_low_speed_severity"))
+                                    f"PCIe switch uplink {address} runs at {_describe(link, True)}, below "
+                                    + (f"Gen{max_gen}, the most it can train to (the {cause})" if cause
+                                       else f"its maximum {_describe(link, False)}")
+                                    + f" ({devices} behind it)", "uplink_low_speed_severity"))
+        elif cause:
+            verdicts.append(Verdict(Status.PASS, f"at the most the link can train to: the {cause}"))
         remedy = (f"the link between the switch ({address}) and its root port {function.parent}: check the "
                   "baseboard/riser cabling and retimers, and the root port's BIOS link setting; "
                   f"`lspci -vv -s {address} | grep -E 'LnkCap|LnkSta'` shows capability and state")

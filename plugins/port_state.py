@@ -212,6 +212,11 @@ def _judge_subnet_managers(ctx: CheckContext, ports: list[tuple[Port, PortClass 
     by_class = ctx.rule("sm_scope") == "port-class"
     scopes: dict[str, dict[int, list[str]]] = {}
     for port, port_class in ports:
+        hca = ctx.inventory.hca(port.hca)
+        if not by_class and hca is not None and hca.switch_management:
+            # The NVSwitch bridge (HGX B200/B300) sees the host's own NVLink subnet manager, never
+            # the compute fabric's: it is its own subnet by design.
+            continue
         scope = (port_class.name if port_class else "unclassed") if by_class else "node"
         scopes.setdefault(scope, {}).setdefault(port.sm_lid or 0, []).append(port.name)
     for scope, sm_lids in scopes.items():

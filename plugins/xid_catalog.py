@@ -14,6 +14,11 @@ holds that table (`[kernel-events.xid_catalog]`, Xid -> bucket) and how each buc
 
 Xid 154 names the driver's recovery action ("... changed from 0x0 (None) to 0x2 (Node Reboot
 Required)"); the newest one of a GPU grades by `[kernel-events.recovery_action_grade]`.
+
+Blackwell's NVLink5 Xids (144-150, bucket WORKFLOW_NVLINK5_ERR) say `Fatal` or `Nonfatal` in
+the line (CONTRACT 8): a fatal one grades as the bucket; non-fatal ones grade
+`nvlink5_nonfatal_severity` until one GPU logs `nvlink5_nonfatal_repeat` of them in the window,
+then as the bucket; a line that says neither keeps the bucket's grade and the finding says so.
 """
 
 from __future__ import annotations
@@ -24,12 +29,13 @@ from dataclasses import dataclass
 from netdoctor.checks import CheckContext, Status
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import KernelEvent
-from netdoctor.parsers.kernel_log import recovery_action
+from netdoctor.parsers.kernel_log import nvlink5_fault, recovery_action
 
 GRADES = ("fail", "warn", "repeat", "pass")
 OLD_GRADES = {"application": "repeat"}      # `xid_severity` values of netdoctor 0.2
 RECOVERY_XID = 154
 RECOVERY_BUCKET = "XID_154"
+NVLINK5_BUCKET = "WORKFLOW_NVLINK5_ERR"
 UNLISTED = "UNLISTED"
 
 # What recovers the GPU, per bucket, in the words of the catalog's "Fault Resolution Buckets"
@@ -49,8 +55,10 @@ REMEDY_BY_BUCKET = {
                        "threshold exceeded, run field diagnostics and follow the RMA flow (catalog: WORKFLOW_XID_48)",
     "WORKFLOW_NVLINK_ERR": "reset the GPU: " + RESET + "; check `nvidia-smi nvlink -e`; if it persists after the "
                            "reset, reseat the link and contact the hardware vendor (catalog: WORKFLOW_NVLINK_ERR)",
-    "WORKFLOW_NVLINK5_ERR": "decode the Xid's IntrInfo and errorStatus with the catalog's 'XID 144-150 Decode' sheet; "
-                            "a fatal one needs the GPU reset: " + RESET,
+    NVLINK5_BUCKET: "decode the line's IntrInfo and errorStatus (its first two hex words) with the Xid catalog's "
+                    "'XID 144-150 Decode' sheet (Xid-Catalog.xlsx){links}; a fatal NVLink5 error needs the GPU reset: "
+                    + RESET + "; if it returns, check the link's cable/cartridge with `nvidia-smi nvlink -e -i {pci}` "
+                    "and contact the hardware vendor (catalog: WORKFLOW_NVLINK5_ERR)",
     "WORKFLOW_XID_45": "Xid 45 follows another Xid or a killed process: handle that one; alone and repeating, "
                        "restart the fabric manager (`systemctl restart nvidia-fabricmanager`) as the catalog says",
     "CHECK_MECHANICALS": "check that the GPU is seated and its power connectors are secure "
@@ -63,6 +71,10 @@ REMEDY_BY_BUCKET = {
     UNLISTED: "look the Xid up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors); run `dcgmi diag -r 3` "
               "on the GPU",
 }
+# Non-fatal NVLink5 Xids: the link recovered; the job may have seen errors.
+REMEDY_NVLINK5_NONFATAL = ("non-fatal NVLink5 errors: decode the line's IntrInfo and errorStatus with the Xid catalog's "
+                           "'XID 144-150 Decode' sheet (Xid-Catalog.xlsx){links}; watch the link's error counters "
+                           "(`nvidia-smi nvlink -e -i {pci}`); if they keep coming, drain the GPU and reset it: " + RESET)
 # Where the catalog's trigger conditions say more than the bucket.
 REMEDY_BY_XID = {
     63: "each one records a row remap that takes effect at the next GPU reset (gpu-health shows it pending); "
@@ -113,7 +125,9 @@ class XidVerdict:
     grade: str                      # fail | warn | repeat | pass, as the pack says
     status: Status | None           # what it adds to the GPU's finding; None: shown only
     remedy: str
-    said: str = ""                  # Xid 154: the action as the driver wrote it
+    said: str = ""                  # Xid 154: the action as the driver wrote it; NVLink5: fatal or not
+    rule: str = ""                  # the pack key that set the grade, where not the catalog's
+    detail: Mapping[str, object] | None = None      # NVLink5: fatal/non-fatal counts, units, links
 
 
 class XidRules:
@@ -129,6 +143,8 @@ class XidRules:
                           for key, value in ctx.rule("recovery_action_grade").items()}
         self.overrides = {str(key): self._grade(value, f"xid_severity.{key}")
                           for key, value in ctx.rule("xid_severity").items()}
+        self.nvlink5_nonfatal = self._grade(ctx.rule("nvlink5_nonfatal_severity"), "nvlink5_nonfatal_severity")
+        self.nvlink5_repeat = int(ctx.rule("nvlink5_nonfatal_repeat"))
 
     @staticmethod
     def _grade(value: object, key: str) -> str:
@@ -168,14 +184,20 @@ def judge_gpu(rules: XidRules, events: Sequence[KernelEvent], pci: str) -> list[
         if event.code is not None:
             counts[event.code] = counts.get(event.code, 0) + 1
     verdicts = []
+    nvlink5 = {code for code in counts if rules.resolution(code) == NVLINK5_BUCKET and str(code) not in rules.overrides}
+    nonfatal = sum(1 for event in events if event.code in nvlink5 and event.fatal is False)
     for code, count in sorted(counts.items()):
         resolution = rules.resolution(code)
         if code == RECOVERY_XID and resolution == RECOVERY_BUCKET and str(code) not in rules.overrides:
             verdicts.append(_recovery(rules, [event for event in events if event.code == code], pci))
             continue
+        if code in nvlink5:
+            verdicts.append(_nvlink5(rules, code, [event for event in events if event.code == code], nonfatal, pci))
+            continue
         grade = rules.grade_of(code, resolution)
         remedy = REMEDY_BY_XID.get(code) or REMEDY_BY_BUCKET.get(resolution) or REMEDY_BY_BUCKET[UNLISTED]
-        verdicts.append(XidVerdict(code, count, resolution, grade, rules.status(grade, count), remedy.format(pci=pci)))
+        verdicts.append(XidVerdict(code, count, resolution, grade, rules.status(grade, count),
+                                   remedy.format(pci=pci, links="")))
     return verdicts
 
 
@@ -194,6 +216,46 @@ def _recovery(rules: XidRules, events: Sequence[KernelEvent], pci: str) -> XidVe
     remedy = REMEDY_BY_ACTION.get(said.action, REMEDY_BY_BUCKET[RECOVERY_BUCKET])
     return XidVerdict(RECOVERY_XID, len(events), said.action, grade, rules.status(grade, len(events)),
                       remedy.format(pci=pci), said.words)
+
+
+def _nvlink5(rules: XidRules, code: int, events: Sequence[KernelEvent], nonfatal_on_gpu: int, pci: str) -> XidVerdict:
+    """An NVLink5 Xid (144-150) by the `Fatal`/`Nonfatal` its lines carry: any fatal one, or one
+    that says neither, grades as the bucket; only non-fatal ones grade `nvlink5_nonfatal_severity`
+    until the GPU has logged `nvlink5_nonfatal_repeat` non-fatal NVLink5 Xids in the window."""
+    fatal = sum(1 for event in events if event.fatal is True)
+    unsaid = sum(1 for event in events if event.fatal is None)
+    faults = [fault for fault in (nvlink5_fault(event.message) for event in events) if fault is not None]
+    links = sorted({fault.link for fault in faults if fault.link is not None})
+    units = sorted({fault.unit for fault in faults})
+    bucket = rules.by_resolution.get(NVLINK5_BUCKET)
+    if bucket is None:
+        raise RulesError(f"[kernel-events] xid_catalog.{code} = {NVLINK5_BUCKET!r} names no bucket of "
+                         f"[kernel-events.resolution_grade] ({', '.join(sorted(rules.by_resolution))})")
+    if fatal:
+        grade, rule, said = bucket, "", f"{NVLINK5_BUCKET}, fatal" + (f" x{fatal}" if fatal < len(events) else "")
+    elif unsaid:
+        grade, rule, said = bucket, "", f"{NVLINK5_BUCKET}; the line does not say Fatal or Nonfatal"
+    elif nonfatal_on_gpu >= rules.nvlink5_repeat:
+        grade, rule = bucket, "nvlink5_nonfatal_repeat"
+        said = f"{NVLINK5_BUCKET}, non-fatal, {nonfatal_on_gpu} non-fatal NVLink5 Xids on this GPU"
+    else:
+        grade, rule, said = rules.nvlink5_nonfatal, "nvlink5_nonfatal_severity", f"{NVLINK5_BUCKET}, non-fatal"
+    where = f" ({', '.join(units)} on {_links(links)})" if units else ""
+    template = REMEDY_NVLINK5_NONFATAL if not fatal and not unsaid else REMEDY_BY_BUCKET[NVLINK5_BUCKET]
+    detail = {"fatal": fatal, "nonfatal": len(events) - fatal - unsaid, "fatality_not_logged": unsaid,
+              "units": units, "links": links}
+    return XidVerdict(code, len(events), NVLINK5_BUCKET, grade, rules.status(grade, len(events)),
+                      template.format(pci=pci, links=where), said, rule, detail)
+
+
+def _links(links: Sequence[int]) -> str:
+    if not links:
+        return "no link named"
+    named = [f"{link:02d}" for link in links if link >= 0]
+    words = [("link " if len(named) == 1 else "links ") + ", ".join(named)] if named else []
+    if -1 in links:
+        words.append("no single link (Link -1)")
+    return " and ".join(words)
 
 
 def remedy_of(verdicts: Sequence[XidVerdict]) -> str | None:

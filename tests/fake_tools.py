@@ -27,6 +27,9 @@ elif tool == "mlnx_qos":
     name = "mlnx_qos-" + (args[args.index("-i") + 1] if "-i" in args else "")
 elif tool == "nvidia-smi":
     name = "nvidia-smi-" + "-".join(a.lstrip("-") for a in args)
+elif tool == "nvidia-imex-ctl":
+    # nvidia-imex-ctl -N
+    name = "nvidia-imex-ctl-" + "-".join(a.lstrip("-") for a in args)
 elif tool == "ibv_devinfo":
     name = "ibv_devinfo-" + "-".join(a.lstrip("-") for a in args)
 elif tool == "systemctl":
@@ -83,6 +86,7 @@ sys.exit(int(status) if status.lstrip("-").isdigit() else 127)
 
 TOOLS = {
     "nvidia-smi": ("nvidia-smi-",),
+    "nvidia-imex-ctl": ("nvidia-imex-ctl-",),
     "ibstat": ("ibstat",),
     "ibv_devinfo": ("ibv_devinfo-",),
     "iblinkinfo": ("iblinkinfo",),

@@ -12,6 +12,7 @@ import pytest
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory, KernelEvent, KernelEventKind, KernelLog
 from netdoctor.packs import RulePack, load_rules
+from netdoctor.parsers.kernel_log import parse_kernel_log
 from netdoctor.report.model import Finding, Status
 from netdoctor_plugins.kernel_events import kernel_events
 from inventory_factory import CAPTURED_AT, dgx_h100, pack, run_check, site_pack
@@ -88,7 +89,7 @@ def test_each_resolution_bucket_grades_as_the_pack_says(code: int, bucket: str, 
     if status is Status.PASS:
         assert "the job's or nothing" in finding.summary and finding.remedy is None
     else:
-        assert f"Xid {code} ({bucket})" in finding.summary and finding.remedy
+        assert f"Xid {code} ({bucket}" in finding.summary and finding.remedy
 
 
 def test_restart_app_and_ignore_warn_only_when_one_repeats_past_the_packs_count() -> None:
@@ -236,3 +237,110 @@ def test_fatal_sxid_fails_and_uncorrected_aer_on_a_gpu_fails_but_not_on_other_de
                       event(KernelEventKind.AER_UNCORRECTED, "0000:e3:00.0", 10))
     assert [(finding.status, finding.subject) for finding in findings] == [
         (Status.FAIL, "GPU0 0000:18:00.0"), (Status.FAIL, "0000:07:00.0")]
+
+
+# Blackwell NVLink5 Xids (144-150): graded by the Fatal/Nonfatal the line carries (CONTRACT 8).
+# Real GB200 lines (tests/data/corpus/dmesg/leptonai-gpud__*), given to GPU0 of the fixture.
+NL5_FATAL = "149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 (0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)"
+NL5_NONFATAL = ("145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 0x00000008 "
+                "0x00000001 0x00000000 0x00100000 0x00000004)")
+NL5_BER = "149, NETIR_BER_EVENT Nonfatal XC0 i0 Link 03 (0x00086226 0x00000001 0x00000000 0x00000000 0x00000000 0x00000000)"
+
+
+def logged(*lines: tuple[float, str], subject: str = GPU0) -> list[KernelEvent]:
+    """Xid lines as the parser reads them ("<code>, <words>"), `minutes_ago` each, on one GPU."""
+    text = "".join(f"{(NOW - timedelta(minutes=minutes)).strftime('%Y-%m-%dT%H:%M:%S')},000000+00:00 "
+                   f"NVRM: Xid (PCI:{subject[:-2]}): {said}\n" for minutes, said in lines)
+    return [KernelEvent(line.kind, line.subject, line.time, line.code, line.message, line.fatal)
+            for line in parse_kernel_log(text).events]
+
+
+def test_a_fatal_nvlink5_xid_fails_naming_the_decode_sheet_and_the_link() -> None:
+    finding = gpu0(judged(*logged((30, NL5_FATAL))))
+    assert finding.status is Status.FAIL and finding.rule == "resolution_grade"
+    assert finding.summary.startswith("Xid 149 (WORKFLOW_NVLINK5_ERR, fatal) (1x, 2026-11-21T22:10:00Z): "
+                                      "NETIR_LINK_EVT  Fatal   XC0 i0 Link 01")
+    assert finding.evidence["codes"]["149"] == {"count": 1, "resolution": "WORKFLOW_NVLINK5_ERR", "grade": "fail",
+                                                "fatal": 1, "nonfatal": 0, "fatality_not_logged": 0,
+                                                "units": ["NETIR_LINK_EVT"], "links": [1]}
+    remedy = finding.remedy or ""
+    assert "'XID 144-150 Decode' sheet" in remedy and "(NETIR_LINK_EVT on link 01)" in remedy
+    assert "nvidia-smi -r -i 0000:18:00.0" in remedy
+
+
+def test_a_nonfatal_nvlink5_xid_warns_and_names_its_link() -> None:
+    finding = gpu0(judged(*logged((30, NL5_NONFATAL))))
+    assert finding.status is Status.WARN and finding.rule == "nvlink5_nonfatal_severity"
+    assert finding.summary.startswith("Xid 145 (WORKFLOW_NVLINK5_ERR, non-fatal) (1x, 2026-11-21T22:10:00Z): "
+                                      "pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal")
+    assert finding.evidence["codes"]["145"]["grade"] == "warn"
+    assert "(RLW_RXPIPE on link 13)" in (finding.remedy or "") and "Decode" in (finding.remedy or "")
+
+
+def test_nonfatal_nvlink5_xids_of_one_gpu_fail_once_they_repeat_past_the_packs_count() -> None:
+    # 145 and 149 together: the count is of all the GPU's non-fatal NVLink5 Xids in the window.
+    nine = logged(*[(minutes, NL5_NONFATAL) for minutes in range(10, 15)],
+                  *[(minutes, NL5_BER) for minutes in range(20, 24)])
+    assert gpu0(judged(*nine)).status is Status.WARN
+    ten = nine + logged((25, NL5_BER))
+    finding = gpu0(judged(*ten))
+    assert finding.status is Status.FAIL and finding.rule == "nvlink5_nonfatal_repeat"
+    assert "Xid 145 x5 (WORKFLOW_NVLINK5_ERR, non-fatal, 10 non-fatal NVLink5 Xids on this GPU)" in finding.summary
+    assert finding.evidence["codes"]["149"]["links"] == [3]
+    assert gpu0(judged(*ten, nvlink5_nonfatal_repeat=11)).status is Status.WARN
+    # Another GPU's non-fatal ones do not add to this GPU's count.
+    other = logged(*[(minutes, NL5_BER) for minutes in range(30, 35)], subject="0000:3a:00.0")
+    assert gpu0(judged(*nine, *other)).status is Status.WARN
+
+
+def test_one_fatal_line_among_nonfatal_ones_fails() -> None:
+    finding = gpu0(judged(*logged((10, NL5_BER), (20, "149, NETIR Fatal XC0 i0 Link -1 (0x000fe406 0x00000000)"))))
+    assert finding.status is Status.FAIL and finding.rule == "resolution_grade"
+    assert "Xid 149 x2 (WORKFLOW_NVLINK5_ERR, fatal x1)" in finding.summary
+    assert "(NETIR, NETIR_BER_EVENT on link 03 and no single link (Link -1))" in (finding.remedy or "")
+
+
+def test_an_nvlink5_xid_that_does_not_say_fatal_keeps_the_buckets_fail_and_says_so() -> None:
+    finding = gpu0(judged(*logged((30, "146, driver-specific detail"), (40, NL5_NONFATAL))))
+    assert finding.status is Status.FAIL and finding.rule == "resolution_grade"
+    assert "Xid 146 (WORKFLOW_NVLINK5_ERR; the line does not say Fatal or Nonfatal)" in finding.summary
+    assert "Xid 145 (WORKFLOW_NVLINK5_ERR, non-fatal)" in finding.summary
+    assert finding.evidence["codes"]["146"]["fatality_not_logged"] == 1
+
+
+def test_the_nonfatal_grade_and_a_sites_per_xid_grade_come_from_the_pack() -> None:
+    assert gpu0(judged(*logged((30, NL5_NONFATAL)), nvlink5_nonfatal_severity="pass")).status is Status.PASS
+    with pytest.raises(RulesError, match="nvlink5_nonfatal_severity"):
+        judged(*logged((30, NL5_NONFATAL)), nvlink5_nonfatal_severity="loud")
+    site = judged(*logged((30, NL5_FATAL)), xid_severity={"149": "warn"})
+    assert gpu0(site).status is Status.WARN and gpu0(site).rule == "xid_severity"
+
+
+def test_real_gb200_nvlink5_lines_grade_per_gpu_by_their_fatality() -> None:
+    # The 19 real lines of three GB200 GPUs, one minute apart (the source has no time stamps).
+    lines = (Path(__file__).parent / "data" / "corpus" / "dmesg" /
+             "leptonai-gpud__kmsg-no-timestamp-xid-145-149-gb200.txt").read_text().splitlines()
+    text = "".join(f"{(NOW - timedelta(minutes=60 - n)).strftime('%Y-%m-%dT%H:%M:%S')},000000+00:00 {line}\n"
+                   for n, line in enumerate(lines))
+    events = [KernelEvent(line.kind, line.subject, line.time, line.code, line.message, line.fatal)
+              for line in parse_kernel_log(text).events]
+    by_gpu = {finding.subject: finding for finding in judged(*events)}
+    assert {subject: finding.status for subject, finding in by_gpu.items()} == {
+        "0008:01:00.0": Status.FAIL, "0018:01:00.0": Status.FAIL, "0019:01:00.0": Status.FAIL}
+    assert by_gpu["0008:01:00.0"].evidence["codes"]["145"] == {
+        "count": 3, "resolution": "WORKFLOW_NVLINK5_ERR", "grade": "warn", "fatal": 0, "nonfatal": 3,
+        "fatality_not_logged": 0, "units": ["RLW_SRC_TRACK"], "links": [3, 12, 16]}
+    assert by_gpu["0008:01:00.0"].evidence["codes"]["149"]["grade"] == "fail"
+    # Only the non-fatal lines of GPU 0018: a warning.
+    nonfatal = [event for event in events if event.subject == "0018:01:00.0" and event.fatal is False]
+    assert [finding.status for finding in judged(*nonfatal) if finding.subject == "0018:01:00.0"] == [Status.WARN]
+
+
+def test_old_a100_h100_xid_lines_grade_as_before_with_no_fatality() -> None:
+    events = logged((30, "79, pid=1207, name=python3, GPU has fallen off the bus."),
+                    (40, "74, pid=1, name=python3, NVLink: fatal error detected on link 3(0x0, 0x0, 0x10000, 0x0, 0x0)"))
+    assert [event.fatal for event in events] == [None, None]
+    finding = gpu0(judged(*events))
+    assert finding.status is Status.FAIL and finding.rule == "resolution_grade"
+    assert finding.evidence["codes"] == {"74": {"count": 1, "resolution": "WORKFLOW_NVLINK_ERR", "grade": "fail"},
+                                         "79": {"count": 1, "resolution": "RESTART_BM", "grade": "fail"}}

@@ -182,17 +182,17 @@ PERFQUERY_NAMES = {
 def test_index_lists_exactly_the_fixture_directories() -> None:
     directories = sorted(path.name for path in NODES.iterdir() if path.is_dir())
     assert directories == NAMES
-    assert len(NAMES) == 81
+    assert len(NAMES) == 91
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_index_entry_is_well_formed(name: str) -> None:
     entry = INDEX[name]
     assert entry["class"] in {"dgx-h100", "hgx-a100", "roce-h100", "pcie-only", "cpu-node", "aws-p5", "gcp-a3-high",
-                              "h100-nvl"}
+                              "h100-nvl", "hgx-b200", "hgx-b300", "gb200-nvl72-tray"}
     assert (entry["fault"] == "none") == (name == entry["class"])
-    assert entry["rules"] == {"roce-h100": "roce", "cpu-node": "default", "h100-nvl": "default"}.get(entry["class"],
-                                                                                                     entry["class"])
+    assert entry["rules"] == {"roce-h100": "roce", "cpu-node": "default", "h100-nvl": "default",
+                              "gb200-nvl72-tray": "gb200-nvl72"}.get(entry["class"], entry["class"])
     for key in ("expect", "expect_with_baseline"):
         if key not in entry:
             continue
@@ -259,6 +259,7 @@ def rdma_counters(root: Path) -> dict[str, int]:
 
 COMMAND_NAME = re.compile(r"nvidia-smi-topo-m|ibstat|ibv_devinfo-v|iblinkinfo|ibdev2netdev|"
                           r"perfquery-x-[\w]+-\d+|mlnx_qos-[\w.-]+|systemctl-show-nvidia-(?:fabricmanager|imex)|dmesg|nvidia-smi-nvlink-s|"
+                          r"nvidia-smi-q|nvidia-imex-ctl-N|"
                           r"lspci-vvv|mlxlink-[mc]-\w+|ethtool-[mS]-[\w.-]+|smpquery-node(?:info|desc)-\w+-\d+|"
                           r"lldpctl-json|ofed_info-s|nv-fabricmanager-version|fi_info-p-efa|fi_info-version|ip-j-addr")
 
@@ -345,6 +346,11 @@ def test_sys_files_have_sysfs_value_formats(name: str) -> None:
             if path.is_symlink():
                 continue
             relative = path.relative_to(root).as_posix()
+            if re.fullmatch(rf"{FUNCTION}/vpd", relative):
+                # PCI VPD (the HGX B200 bridge's functions): the identifier string resource first, an end tag.
+                data, function = path.read_bytes(), path.parent.relative_to(root).as_posix()
+                assert data[0] == 0x82 and 0x78 in data and sysval(root.parent, f"{function}/vendor") == MELLANOX
+                continue
             if re.fullmatch(rf"{FUNCTION}/config", relative):
                 data = path.read_bytes()        # config space as root reads it: binary, 4096 bytes
                 assert len(data) == 4096 and int.from_bytes(data[:2], "little") in CONFIG_VENDORS, relative
@@ -454,6 +460,29 @@ def test_no_empty_directories(name: str) -> None:
     # git does not keep empty directories: a marker directory must hold a file to survive a commit.
     for directory, dirs, files in os.walk(NODES / name):
         assert dirs or files, directory
+
+
+def slot_name(root: Path, address: str) -> str:
+    """systemd's name of a PCI function: `P<domain>` where not 0, `p<bus>s<slot>`, `f<function>` where
+    the device has several functions (decimal): `ibp24s0`, `ibP16p3s0`, `ibp5s0f2`."""
+    domain, bus, rest = address.split(":")
+    slot, function = rest.split(".")
+    device = address.rsplit(".", 1)[0]
+    several = sum(name.rsplit(".", 1)[0] == device for name in os.listdir(root / "sys/bus/pci/devices")) > 1
+    return (f"P{int(domain, 16)}" if int(domain, 16) else "") + f"p{int(bus, 16)}s{int(slot, 16)}" + (
+        f"f{int(function)}" if several else "")
+
+
+def on_host_subnet(ports: dict[str, dict[str, Any]]) -> set[str]:
+    """IB ports of a device one of whose ports is its own SM (LID = SM LID: the NVLink subnet manager on
+    an HGX B200/B300 NVSwitch bridge): a subnet of their own, never in the compute fabric's iblinkinfo."""
+    devices = {port["pci"].rsplit(".", 1)[0] for port in ports.values()
+               if port["link_layer"] == "InfiniBand" and port["lid"] == port["sm_lid"]}
+    return {hca for hca, port in ports.items() if port["pci"].rsplit(".", 1)[0] in devices}
+
+
+# Rails trained below their hardware's speed: iblinkinfo hints `( Could be ... Gbps)` on them.
+DOWNTRAINED = {"dgx-h100-port-hdr": "mlx5_5", "hgx-b300-rail-ndr": "mlx5_7"}
 
 
 # -- the sources agree with each other ----------------------------------------------------------------
@@ -576,7 +605,7 @@ def test_ibdev2netdev_and_gid_ndevs_agree_with_sysfs(name: str) -> None:
             assert ok_output(root, f"mlnx_qos-{netdev}") is not None
             assert len(os.listdir(root / f"sys/class/net/{netdev}/ecn/roce_np/enable")) == 8
         else:
-            assert arp_type == "32" and netdev == f"ibp{int(port['pci'].split(':')[1], 16)}s0"
+            assert arp_type == "32" and netdev == "ib" + slot_name(root, port["pci"])
         speed = int(sysval(root, f"class/net/{netdev}/speed"))
         up = port["state"] == "4: ACTIVE"
         assert speed == (int(port["rate"].split()[0]) * 1000 if up else -1)
@@ -617,7 +646,7 @@ def test_iblinkinfo_lists_active_ports_at_their_rate(name: str) -> None:
         assert has_ib
     if text is None:
         return
-    per_lane = {"106.25": 100, "53.125": 50, "25.78125": 25}
+    per_lane = {"212.5": 200, "106.25": 100, "53.125": 50, "25.78125": 25}
     seen = set()
     for line_number, line in enumerate(text.splitlines()):
         ca = re.fullmatch(r"CA: \S+ (\S+):", line)
@@ -631,10 +660,10 @@ def test_iblinkinfo_lists_active_ports_at_their_rate(name: str) -> None:
             assert port["state"] == "4: ACTIVE" and int(lid) == int(port["lid"], 16)
             assert guid == port["node_guid"].replace(":", "")
             assert int(width) * per_lane[lane] == int(port["rate"].split()[0])
-            assert (hint.strip() == "") == (port["rate"] != "200 Gb/sec (4X HDR)" or INDEX[name]["class"] != "dgx-h100")
+            assert (hint.strip() == "") == (DOWNTRAINED.get(name) != hca), hint
             seen.add(hca)
     assert seen == {hca for hca, port in ports.items()
-                    if port["link_layer"] == "InfiniBand" and port["state"] == "4: ACTIVE"}
+                    if port["link_layer"] == "InfiniBand" and port["state"] == "4: ACTIVE"} - on_host_subnet(ports)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -677,12 +706,19 @@ def test_topology_and_nvml_agree_with_sysfs(name: str) -> None:
     nvml = json.loads(nvml_path.read_text(encoding="utf-8"))
     assert nvml["driver_version"] == sysval(root, "module/nvidia/version")
     assert isinstance(nvml["cuda_driver_version"], int) and nvml["nvml_version"].endswith(nvml["driver_version"])
-    gpu_numa = {}
+    gpu_numa, memory_numa = {}, {}
+    function_numa = {int(sysval(root, f"bus/pci/devices/{address}/numa_node"))
+                     for address in os.listdir(root / "sys/bus/pci/devices")
+                     if (root / f"sys/bus/pci/devices/{address}/numa_node").exists()}
     for gpu in nvml["gpus"]:
         domain, bus, function = gpu["pci_bus_id"].split(":")
         address = f"{domain[-4:]}:{bus}:{function}".lower()
         assert sysval(root, f"bus/pci/devices/{address}/vendor") == "0x10de"
-        assert int(sysval(root, f"bus/pci/devices/{address}/numa_node")) == gpu["numa_node"]
+        sysfs_numa = int(sysval(root, f"bus/pci/devices/{address}/numa_node"))
+        if gpu["numa_node"] != sysfs_numa:
+            # Grace (GB200): NVML names the GPU memory's own node (2/10/18/26), one no PCI function is on.
+            assert gpu["numa_node"] not in function_numa, address
+            memory_numa[f"GPU{gpu['index']}"] = gpu["numa_node"]
         speed = sysval(root, f"bus/pci/devices/{address}/current_link_speed").split()[0]
         assert PCIE_GEN[speed] == gpu["pcie"]["cur_gen"]
         assert int(sysval(root, f"bus/pci/devices/{address}/current_link_width")) == gpu["pcie"]["cur_width"]
@@ -692,7 +728,7 @@ def test_topology_and_nvml_agree_with_sysfs(name: str) -> None:
         # A cloud VM's GPUs are passed through to it; bare-metal GPUs are not virtualised.
         cloud = sysval(root, "class/dmi/id/sys_vendor") in {"Amazon EC2", "Google"}
         assert gpu["virtualization_mode"] == ("passthrough" if cloud else "none")
-        gpu_numa[f"GPU{gpu['index']}"] = gpu["numa_node"]
+        gpu_numa[f"GPU{gpu['index']}"] = sysfs_numa
     text = ok_output(root, "nvidia-smi-topo-m")
     if text is None:
         assert command(root, "nvidia-smi-topo-m")[0] == "timeout"
@@ -712,11 +748,16 @@ def test_topology_and_nvml_agree_with_sysfs(name: str) -> None:
         cells = rows[row]
         assert len(cells) == len(devices) + 4
         if row.startswith("GPU"):
-            assert int(cells[-3]) == numa[row] and cells[-2:] == ["", "N/A"]
+            # NUMA Affinity: the CPU's node, first of a list on Grace (`0,3-9,11-17`); GPU NUMA ID: NVML's memory node.
+            assert int(cells[-3].split(",")[0]) == numa[row] and cells[-2:] == ["", str(memory_numa.get(row, "N/A"))]
         for column, cell in zip(devices, cells):
             assert cell == rows[column][devices.index(row)], "the matrix is symmetric"
             if row == column:
                 assert cell == " X "
+            elif memory_numa and not (row.startswith("GPU") and column.startswith("GPU")):
+                # Grace: SYS between any two devices but the functions of one NIC card (PIX).
+                same_card = {ports[legend[label]]["pci"].rsplit(".", 1)[0] for label in (row, column) if label in legend}
+                assert cell == ("PIX" if row in legend and column in legend and len(same_card) == 1 else "SYS")
             elif not (row.startswith("GPU") and column.startswith("GPU") and cell.startswith("NV")):
                 assert (cell == "SYS") == (numa[row] != numa[column]), (row, column, cell)
 
@@ -773,7 +814,8 @@ def test_nics_share_the_numa_node_of_the_gpus_beside_them(name: str) -> None:
         numa = int(sysval(root, f"bus/pci/devices/{device.name}/numa_node"))
         assert gpu_numa_by_switch[switch] == {numa}, device.name
         beside += 1
-    assert beside or INDEX[name]["class"] == "pcie-only"
+    # Not on a PCIe card (pcie-only) or on Grace, whose GPUs hang off NVLink-C2C root ports (GB200).
+    assert beside or INDEX[name]["class"] in ("pcie-only", "gb200-nvl72-tray")
 
 
 # -- each fault fixture differs from its healthy base only where its fault says -------------------------
@@ -880,6 +922,20 @@ CHANGED.update({
     "roce-h100-prio-discards-a": ["commands/ethtool-S-ens2np0.out"],
     "roce-h100-corrected-bits-a": ["commands/ethtool-S-ens5np0.out", "commands/mlxlink-[mc]-mlx5_*"],
     "roce-h100-lossy-priority": ["nccl-env.json"],
+})
+# Blackwell, NVL72 and XDR (tests/fixtures/make_blackwell.py). The 7-GPU B300 lost a GPU with its ConnectX-8
+# and their PCIe switch: NVML renumbers the GPUs, and the RDMA devices after it are named one lower.
+CHANGED.update({
+    "gb200-nvl72-tray-no-domain": ["nvml.json"],
+    "gb200-nvl72-tray-other-clique": ["nvml.json"],
+    "gb200-nvl72-tray-imex-down": ["commands/nvidia-imex-ctl-N.out"],
+    "gb200-nvl72-tray-xid-149": ["commands/dmesg.out"],
+    "gb200-nvl72-tray-xid-145": ["commands/dmesg.out"],
+    "hgx-b300-7-gpus": ["nvml.json", "commands/*", "sys/class/*", "sys/devices/*", "sys/bus/pci/devices/*",
+                        "sys/kernel/iommu_groups/*"],
+    "hgx-b300-rail-ndr": ["commands/mlxlink-[mc]-mlx5_7.out", "commands/iblinkinfo.out", "commands/ibstat.out",
+                          "commands/ibv_devinfo-v.out", "sys/class/infiniband/mlx5_7/ports/1/rate",
+                          "sys/class/net/ibp217s0/speed"],
 })
 # Captured later (600 s, or 30 min after boot): every port's PHY counters have run longer.
 LATER = ["commands/mlxlink-c-*.out", "commands/ethtool-S-*.out"]
@@ -1152,4 +1208,60 @@ def test_generator_reproduces_committed_tree(tmp_path: Path) -> None:
 def test_committed_fixtures_stay_small() -> None:
     # What git stores: identical files (config spaces, counters, the same bridge in 30 nodes) once.
     contents = {path.read_bytes() for path in NODES.rglob("*") if path.is_file() and not path.is_symlink()}
-    assert sum(len(content) for content in contents) < 3 * 1024 * 1024
+    # 4 MiB: the Blackwell classes are the largest nodes (12 RDMA devices, 8 GPUs x 18 NVLink 5 links).
+    assert sum(len(content) for content in contents) < 4 * 1024 * 1024
+
+
+CORPUS = Path(__file__).resolve().parent / "data" / "corpus"
+
+
+def test_blackwell_classes_match_their_real_samples() -> None:
+    """The parts of the Blackwell classes taken from real outputs say what those outputs say
+    (tests/data/corpus; tests/fixtures/README.md, "Blackwell, NVL72 and XDR")."""
+    text = read(CORPUS, "ibstat/dell-b300-notes__ibstat-7xMT4131-cx8-disabled-4xMT4129-nvswitch-bridge-active-rate100.txt")
+    # The paste's indentation is 8 spaces a level where ibstat prints TABs.
+    real = parse_ibstat(re.sub(r"^(?: {8})+", lambda match: "\t" * (len(match.group(0)) // 8), text, flags=re.MULTILINE))
+    seven = parse_ibstat(read(NODES / "hgx-b300-7-gpus", "commands/ibstat.out"))
+    # The 7-GPU B300: the real XE9780's CA names and types; the bridge's firmware, rate, LIDs, SM and masks.
+    assert {ca: fields["CA type"] for ca, fields in seven.items()} == {ca: fields["CA type"] for ca, fields in real.items()}
+    for ca, fields in real.items():
+        keys = ("Firmware version", "Rate", "Base lid", "SM lid", "Capability mask") if fields["CA type"] == "MT4129" \
+            else ("Firmware version",)
+        assert {key: seven[ca][key] for key in keys} == {key: fields[key] for key in keys}, ca
+    bridge = [fields for fields in seven.values() if fields["CA type"] == "MT4129"]
+    assert len({fields["System image GUID"] for fields in bridge}) == 1 and bridge[0]["Node GUID"] == bridge[0]["System image GUID"]
+    assert {port["rate"] for hca, port in sysfs_ports(NODES / "hgx-b300").items()
+            if sysval(NODES / "hgx-b300", f"class/infiniband/{hca}/hca_type") == "MT4131"} == {"800 Gb/sec (4X XDR)"}
+    # The B200's bridge: VPD SMDL=SW_MNG on its two Limited PFs (.0/.1), not on the full PFs.
+    vpd = {address: (NODES / f"hgx-b200/sys/bus/pci/devices/{address}/vpd").read_bytes() for address in
+           ("0000:05:00.0", "0000:05:00.1", "0000:05:00.2", "0000:05:00.3")}
+    assert [b"SMDL=SW_MNG" in data for data in vpd.values()] == [True, True, False, False]
+    # The GB200 tray's topology: the real tray's matrix, affinities and GPU NUMA ids, cell for cell.
+    real_rows = {line.split()[0]: line.split()[1:] for line in read(CORPUS, "nvidia-smi-topo/indexed-doc-61093033028__"
+                                                                            "gb200-tray_topo-m_4gpu-8nic.txt").splitlines()
+                 if re.match(r"(GPU|NIC)\d+\s", line)}
+    _, rows, _ = parse_topo(read(NODES / "gb200-nvl72-tray", "commands/nvidia-smi-topo-m.out"))
+    assert {label: [cell.strip() for cell in cells if cell.strip()] for label, cells in rows.items()} == real_rows
+    # NVML: the real GB200's fabric and platform info, NUMA 2/10/18/26 over sysfs 0/0/1/1, the domains of the
+    # real GB200 kernel log, 18 links at the real 53.125 GB/s.
+    gpus = json.loads(read(NODES / "gb200-nvl72-tray", "nvml.json"))["gpus"]
+    assert [gpu["pci_bus_id"] for gpu in gpus] == [f"0000{domain}:01:00.0" for domain in ("0008", "0009", "0018", "0019")]
+    assert [gpu["numa_node"] for gpu in gpus] == [2, 10, 18, 26]
+    assert {(gpu["fabric"]["state"], gpu["fabric"]["clique_id"], gpu["fabric"]["cluster_uuid"],
+             gpu["fabric"]["health_summary"], gpu["fabric"]["bandwidth"]) for gpu in gpus} == {
+        ("completed", 2, "00000001-0000-0000-0000-000000000001", "healthy", "full")}
+    assert {(gpu["platform"]["chassis_serial_number"], gpu["platform"]["slot_number"], gpu["platform"]["tray_index"],
+             gpu["platform"]["host_id"]) for gpu in gpus} == {("1820000000001", 14, 4, 1)}
+    assert {link["speed_mbps"] for gpu in gpus for link in gpu["nvlink"]["links"]} == {53125}
+    real_links = [line.split(":")[1].strip() for line in read(
+        CORPUS, "nvidia-smi-nvlink/k8s-test-infra-issue-371__gb200_nvlink-s_excerpt.txt").splitlines()[2:20]]
+    links = read(NODES / "gb200-nvl72-tray", "commands/nvidia-smi-nvlink-s.out").splitlines()[1:19]
+    assert [line.split(":")[1].strip() for line in links] == real_links == ["53.125 GB/s"] * 18
+    # IMEX: the real 570.172 legend and layout; this tray's address is one of its node's (`ip -j addr`).
+    imex = read(NODES / "gb200-nvl72-tray", "commands/nvidia-imex-ctl-N.out").splitlines()
+    real_imex = read(CORPUS, "nvidia-imex-ctl/aws-parallelcluster-guide__imex-ctl-N-18-nodes-ready-570.172.txt").splitlines()
+    assert imex[:10] == real_imex[:10] and len(imex) == len(real_imex) and imex[-1] == real_imex[-1] == "Domain State: UP"
+    assert [len(line) for line in imex[11:]] == [len(line.replace("570.172", "580.173.02")) for line in real_imex[11:]]
+    addresses = {info["local"] for entry in json.loads(read(NODES / "gb200-nvl72-tray", "commands/ip-j-addr.out"))
+                 for info in entry["addr_info"]}
+    assert sum(line.split(" - ")[1].strip() in addresses for line in imex if line.startswith("Node #")) == 1

@@ -204,9 +204,12 @@ def test_two_healthy_gpus_one_lost(tmp_path: Path) -> None:
     assert first == {
         "index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-aaaa", "pci_bus_id": "00000000:18:00.0",
         "numa_node": 0, "pcie": {"cur_gen": 1, "max_gen": 5, "gpu_max_gen": 5, "cur_width": 16, "max_width": 16},
+        # Fabric info v2 (this fake has no v3 struct): a health mask of 0 (bandwidth bits
+        # NOT_SUPPORTED), no health summary; no platform call in these bindings: null, no error.
         "fabric": {"state": "completed", "status": "success", "clique_id": 7,
-                   "cluster_uuid": "01020304-0506-0708-090a-0b0c0d0e0f10"},
-        "vbios_version": "96.00.89.00.01", "virtualization_mode": "passthrough",
+                   "cluster_uuid": "01020304-0506-0708-090a-0b0c0d0e0f10", "health_summary": None,
+                   "bandwidth": "not_supported"},
+        "platform": None, "vbios_version": "96.00.89.00.01", "virtualization_mode": "passthrough",
         "performance_state": 8, "dmabuf_supported": True, "errors": {},
         # CONTRACT 7.2: Hopper has row remapping, no page retirement (NOT_SUPPORTED: null, no error).
         "memory": {"ecc_mode": "enabled", "volatile_uncorrected": 0, "aggregate_uncorrected": 0,

@@ -27,7 +27,9 @@ CONTRACT_NAMES = {"nvidia-smi-topo-m", "ibstat", "ibv_devinfo-v", "iblinkinfo", 
                   # CONTRACT 7.2
                   "ip-j-addr",
                   # CONTRACT 9
-                  "mlxlink-c-{dev}", "ethtool-S-{netdev}"}
+                  "mlxlink-c-{dev}", "ethtool-S-{netdev}",
+                  # CONTRACT 8
+                  "nvidia-imex-ctl-N", "nvidia-smi-q"}
 # What host may import: itself and the small shared modules every layer uses.
 HOST_MAY_IMPORT = ("netdoctor.host", "netdoctor.util", "netdoctor.errors", "netdoctor.vocabulary", "netdoctor.logging")
 

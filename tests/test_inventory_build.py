@@ -105,7 +105,11 @@ def test_healthy_dgx_inventory_joins_every_source() -> None:
     assert port.counters_source == "sysfs" and "symbol_error" in port.counters
     assert port.active_mtu == 4096 and port.pkeys
     assert inventory.peer_memory.nvidia_peermem is True
-    assert all(status.state is SourceState.OK for name, status in inventory.sources.items())
+    # Every source the fixture recorded answered; sources added after it was generated (issue 23's
+    # nvidia-smi-q, nvidia-imex-ctl-N) read as not recorded, never as failed.
+    assert all(status.state is SourceState.OK or (status.state is SourceState.MISSING and status.detail.endswith(
+        "was not recorded in this snapshot")) for name, status in inventory.sources.items())
+    assert inventory.source("ibstat").state is SourceState.OK and inventory.source("nvml").state is SourceState.OK
     data = inventory_to_json(inventory)
     json.dumps(data)   # JSON-ready
     assert data["topology"]["links"]["GPU0"]["NIC0"] == "PIX"

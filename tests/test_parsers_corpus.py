@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from corpus_util import CORPUS, corpus_dir, corpus_files, read_gcm_json, read_ttar
+from test_parsers_imex import IMEX_EXPECTATIONS
 from test_parsers_phy import ETHTOOL_S_EXPECTATIONS, MLXLINK_C_EXPECTATIONS
+from test_parsers_smi_q import SMI_Q_EXPECTATIONS
 from netdoctor.errors import ParseError
 from netdoctor.inventory.model import LinkLayer, LinkRate, PhysState, PortState
 from netdoctor.parsers import (
@@ -139,6 +141,20 @@ def _check_ibstat_h100_bond(text: str) -> None:
     assert cas["mlx5_0"].ports[0].base_lid == 128 and cas["mlx5_0"].ports[0].link_layer is IB
 
 
+def _check_ibstat_b300_bridge(text: str) -> None:
+    """Dell HGX B300: 7 ConnectX-8 down (their GPU missing), the 4 ConnectX-7 NVSwitch bridge
+    functions Active at 100 Gb/s, LIDs 1/4/5/6, seeing the host's own NVLink SM at LID 1."""
+    cas = {ca.name: ca for ca in parse_ibstat_output(text).cas}
+    cx8 = sorted(name for name, ca in cas.items() if ca.ca_type == "MT4131")
+    assert cx8 == ["mlx5_0", "mlx5_1", "mlx5_10", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9"]
+    assert {(cas[name].firmware, cas[name].ports[0].state, cas[name].ports[0].rate_gbps) for name in cx8} == {
+        ("40.46.5500", DOWN, 10.0)}
+    bridge = [cas[f"mlx5_{index}"] for index in (2, 3, 4, 5)]
+    assert {(ca.ca_type, ca.firmware, ca.ports[0].state, ca.ports[0].rate_gbps, ca.ports[0].sm_lid) for ca in bridge} == {
+        ("MT4129", "28.47.2526", ACTIVE, 100.0, 1)}
+    assert [ca.ports[0].base_lid for ca in bridge] == [1, 4, 5, 6]
+
+
 def _down_ports(text: str) -> dict[str, tuple[Any, ...]]:
     ports = _ibstat_ports(text)
     return {name: (port.state, port.phys_state, port.rate_gbps) for name, port in ports.items() if port.state is not ACTIVE}
@@ -191,6 +207,7 @@ IBSTAT_EXPECTATIONS: dict[str, Callable[[str], None]] = {
     "leptonai-gpud__ibstat.47.0.a100.all.active.0.txt": _check_ibstat_a100_vf,
     "leptonai-gpud__ibstat.47.0.h100.all.active.0.txt": _check_ibstat_h100_roce,
     "leptonai-gpud__ibstat.47.0.h100.all.active.2.txt": _check_ibstat_h100_bond,
+    "dell-b300-notes__ibstat-7xMT4131-cx8-disabled-4xMT4129-nvswitch-bridge-active-rate100.txt": _check_ibstat_b300_bridge,
     "leptonai-gpud__ibstat.47.0.h100.some.down.0.txt": _check_ibstat_some_down_0,
     "leptonai-gpud__ibstat.47.0.h100.some.down.1.txt": _check_ibstat_some_down_1,
     "leptonai-gpud__ibstat.47.0.h100.some.down.with.polling.1.txt": _check_ibstat_some_down_polling,
@@ -417,6 +434,35 @@ def _check_topo_eight(link: str, first_half: str, second_half: str) -> Callable[
     return check
 
 
+def _check_topo_gb200(text: str) -> None:
+    # A GB200 tray: the command echoed above the matrix, NUMA Affinity lists (the CPU's node and
+    # GPU memory nodes), GPU NUMA IDs 2/10/18/26, every GPU SYS to every NIC (NVLink-C2C).
+    matrix = parse_nvidia_smi_topo_matrix(text)
+    topo = matrix.topology
+    assert topo.gpus == ("GPU0", "GPU1", "GPU2", "GPU3") and topo.nics == tuple(f"NIC{index}" for index in range(8))
+    assert topo.nic_names == {f"NIC{index}": f"mlx5_{index}" for index in range(8)} and len(topo.links) == 12 * 12
+    assert {topo.link(gpu, nic) for gpu in topo.gpus for nic in topo.nics} == {"SYS"}
+    assert {topo.link(gpu, other) for gpu in topo.gpus for other in topo.gpus if gpu != other} == {"NV18"}
+    assert [pair for pair, cell in topo.links.items() if cell == "PIX"] == [
+        ("NIC2", "NIC3"), ("NIC3", "NIC2"), ("NIC6", "NIC7"), ("NIC7", "NIC6")]
+    assert topo.cpu_affinity == {"GPU0": "0-71", "GPU1": "0-71", "GPU2": "72-143", "GPU3": "72-143"}
+    assert matrix.gpu_numa_id == {"GPU0": 2, "GPU1": 10, "GPU2": 18, "GPU3": 26}
+    assert matrix.numa_affinity_nodes["GPU1"] == (0, *range(3, 10), *range(11, 18))
+    assert matrix.numa_affinity_nodes["GPU2"] == (1, *range(19, 26), *range(27, 34))
+    assert topo.numa_affinity == {"GPU0": 0, "GPU1": 0, "GPU2": 1, "GPU3": 1}      # the CPU's node of each list
+
+
+def _check_topo_b300_seven(text: str) -> None:
+    # A B300 HGX with one GPU absent (7 of 8), no NIC columns, GPU NUMA ID N/A.
+    matrix = parse_nvidia_smi_topo_matrix(text)
+    topo = matrix.topology
+    assert topo.gpus == tuple(f"GPU{index}" for index in range(7)) and topo.nics == () and topo.nic_names == {}
+    assert {cell for (row, column), cell in topo.links.items() if row != column} == {"NV18"}
+    assert topo.cpu_affinity["GPU2"] == "0,2,4,6,8,10" and topo.cpu_affinity["GPU3"] == "1,3,5,7,9,11"
+    assert [topo.numa_affinity[gpu] for gpu in topo.gpus] == [0, 0, 0, 1, 1, 1, 1]
+    assert matrix.gpu_numa_id == dict.fromkeys(topo.gpus) and matrix.numa_affinity_nodes["GPU6"] == (1,)
+
+
 def _check_p2p_refused(text: str) -> None:
     # A `topo -p2p` matrix pasted where `topo -m` belongs is named as such, not misread.
     with pytest.raises(ParseError, match="-p2p"):
@@ -425,6 +471,8 @@ def _check_p2p_refused(text: str) -> None:
 
 TOPO_EXPECTATIONS: dict[str, Callable[[str], None]] = {
     "dw-flyingw-GLM-5.2-FP8__topo.txt": _check_topo_glm,
+    "indexed-doc-61093033028__gb200-tray_topo-m_4gpu-8nic.txt": _check_topo_gb200,
+    "dell-xe9780-doc-63125688786__b300-sxm6-ac_7gpu_topo-m.txt": _check_topo_b300_seven,
     "stas00-ml-engineering__network-README_topo-m_2gpu-NV2.txt": _check_topo_two("NV2", "0-23"),
     "stas00-ml-engineering__network-README_topo-m_2gpu-PHB.txt": _check_topo_two("PHB", "0-11"),
     "stas00-ml-engineering__network-README_topo-m_8xA100-NV12.txt": _check_topo_eight("NV12", "0-23", "24-47"),
@@ -629,6 +677,9 @@ TEXT_KINDS: dict[str, dict[str, Callable[[str], None]]] = {
     # Physical layer: the checks live with their edge cases in test_parsers_phy.py.
     "mlxlink-c": MLXLINK_C_EXPECTATIONS,
     "ethtool-S": ETHTOOL_S_EXPECTATIONS,
+    # The NVLink domain (CONTRACT 8): checks in test_parsers_imex.py / test_parsers_smi_q.py.
+    "nvidia-imex-ctl": IMEX_EXPECTATIONS,
+    "nvidia-smi-q": SMI_Q_EXPECTATIONS,
 }
 
 TEXT_CASES = [

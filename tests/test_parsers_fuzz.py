@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +37,8 @@ from netdoctor.parsers.nccl_env import parse_device_filter, parse_nccl_conf
 from netdoctor.parsers.nccl_tests import parse_nccl_tests
 from netdoctor.parsers.perftest import parse_perftest_bw
 from netdoctor.parsers.nvidia_smi_nvlink import parse_nvidia_smi_nvlink_status
+from netdoctor.parsers.nvidia_imex_ctl import parse_nvidia_imex_ctl
+from netdoctor.parsers.nvidia_smi_q import parse_gpu_sections, parse_nvidia_smi_q
 from netdoctor.parsers.systemctl import parse_systemctl_show
 from netdoctor.parsers.lspci import parse_lspci_vvv
 from netdoctor.parsers.ip_addr import parse_ip_addr_json
@@ -88,6 +91,12 @@ PARSERS: dict[str, tuple[Callable[[str], Any], list[str]]] = {
     "kernel-log": (parse_kernel_log, _samples("dmesg")),
     "systemctl": (parse_systemctl_show, _samples("systemctl")),
     "nvlink-status": (parse_nvidia_smi_nvlink_status, _samples("nvidia-smi-nvlink")),
+    # The NVLink domain (CONTRACT 8): IMEX's view, and nvidia-smi -q (the device tool's whole real
+    # 2x H200 output, and the real Fabric / Platform Info fragments of issues).
+    "nvidia-imex-ctl": (parse_nvidia_imex_ctl, _samples("nvidia-imex-ctl")),
+    "nvidia-smi-q": (parse_nvidia_smi_q, [(Path(__file__).parent / "data" / "device" / "nvidia-h200-x2"
+                                           / "nvidia-smi-q.out").read_text(encoding="utf-8")]),
+    "nvidia-smi-q-sections": (parse_gpu_sections, _samples("nvidia-smi-q")),
     # The 8x H100 dump is 0.9 MB: its first 40 kB (root ports, a switch, GPUs) keep mutation fast.
     "lspci": (parse_lspci_vvv, [sample[:40_000] for sample in _samples("lspci")]),
     "mlxlink": (parse_mlxlink_module, _samples("mlxlink")),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from netdoctor.errors import NothingToParse, ParseError
-from netdoctor.parsers.kernel_log import parse_kernel_log, recovery_action
+from netdoctor.parsers.kernel_log import Nvlink5Fault, nvlink5_fault, parse_kernel_log, recovery_action
 from netdoctor.vocabulary import KernelEventKind
 
 DEVICE = Path(__file__).parent / "data" / "device" / "nvidia-h200-x2" / "raw-fabric"
@@ -34,7 +34,8 @@ def test_every_dmesg_corpus_file_is_asserted_here() -> None:
     assert sorted(path.name for path in CORPUS.iterdir()) == [
         "device-h200x2__dmesg-plain.txt", "device-h200x2__dmesg-time-format-iso.txt",
         "gpu-notes__dmesg-plain-xid-79-sxid-20034.txt", "kubuntu-forum__dmesg-plain-xid-62.txt",
-        "leptonai-gpud__dmesg-T-xid-119.txt", "leptonai-gpud__dmesg-plain-xid-149-154.txt"]
+        "leptonai-gpud__dmesg-T-xid-119.txt", "leptonai-gpud__dmesg-plain-xid-149-154.txt",
+        "leptonai-gpud__kmsg-no-timestamp-xid-145-149-gb200.txt"]
 
 
 def test_a_real_gb200_xid_149_then_154_names_each_recovery_action() -> None:
@@ -48,6 +49,47 @@ def test_a_real_gb200_xid_149_then_154_names_each_recovery_action() -> None:
         ("drain_and_reset", 4, "Drain and Reset"), ("gpu_reset", 1, "GPU Reset Required"),
         ("gpu_reset", 1, "GPU Reset Required"), ("gpu_reset", 1, "GPU Reset Required")]
     assert all(recovery_action(event.message) is None for event in parsed.events if event.code == 149)
+    # The driver pads the unit and the word ("NETIR_LINK_EVT  Fatal   XC0"): each 149 is read as fatal,
+    # with its link; a 154 says no fatality.
+    assert [event.fatal for event in parsed.events] == [True, None, True, None, True, True, True, None, None]
+    assert [nvlink5_fault(event.message) for event in parsed.events if event.code == 149] == [
+        Nvlink5Fault("NETIR_LINK_EVT", True, link) for link in (1, 1, 0, 15, 14)]
+
+
+def test_real_gb200_nvlink5_xid_lines_say_fatal_or_nonfatal_unit_and_link() -> None:
+    # The source (gpud's test of production lines) holds messages without a time stamp: each is
+    # given a plain dmesg one here (derived), one second apart.
+    lines = (CORPUS / "leptonai-gpud__kmsg-no-timestamp-xid-145-149-gb200.txt").read_text().splitlines()
+    parsed = parse_kernel_log("".join(f"[{100 + n:5d}.000000] {line}\n" for n, line in enumerate(lines)))
+    assert len(parsed.events) == len(lines) == 19
+    assert [(event.subject, event.code, event.fatal) for event in parsed.events[:8]] == [
+        ("0018:01:00.0", 149, False), ("0018:01:00.0", 145, False), ("0019:01:00.0", 145, False),
+        ("0008:01:00.0", 149, False), ("0019:01:00.0", 145, False), ("0019:01:00.0", 149, True),
+        ("0008:01:00.0", 145, False), ("0008:01:00.0", 145, False)]
+    assert sum(event.fatal is False for event in parsed.events) == 9
+    assert sum(event.fatal is True for event in parsed.events) == 10
+    faults = [nvlink5_fault(event.message) for event in parsed.events]
+    assert faults[:6] == [Nvlink5Fault("NETIR_BER_EVENT", False, 3), Nvlink5Fault("RLW_RXPIPE", False, 13),
+                          Nvlink5Fault("RLW_RXPIPE", False, 12), Nvlink5Fault("NETIR_BER_EVENT", False, 1),
+                          Nvlink5Fault("RLW_SRC_TRACK", False, 12), Nvlink5Fault("NETIR", True, -1)]
+    assert faults[11] == Nvlink5Fault("NETIR_LINK_EVT", True, 8)
+    assert parsed.events[1].message.startswith("NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, "
+                                               "RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2")
+
+
+@pytest.mark.parametrize(("said", "expected"), [
+    ("RLW_SRC_TRACK Non-fatal XC1 i0 Link 03 (0x040868e2 0x00000008)", Nvlink5Fault("RLW_SRC_TRACK", False, 3)),
+    ("TLW_RX/TLW_RX_PIPE0 Nonfatal XC0 i0 Link 00 (0x0000000a 0x00000001)", Nvlink5Fault("TLW_RX/TLW_RX_PIPE0", False, 0)),
+    ("NETIR_LINK_EVT Fatal XC 1 i 2 Link 01 [0x0000000a]", Nvlink5Fault("NETIR_LINK_EVT", True, 1)),   # pre-R575 form
+    ("MSE_WATCHDOG Fatal XC0 i0", Nvlink5Fault("MSE_WATCHDOG", True, None)),
+    ("driver-specific detail", None),                                   # an NVLink5 Xid that says neither
+    ("pid=1, name=Fatal, GPU has fallen off the bus.", None),           # "Fatal" without the XC form
+    ("GPU Fatal Timeout", None),
+])
+def test_the_fatal_word_is_read_only_in_the_nvlink5_form(said: str, expected: Nvlink5Fault | None) -> None:
+    [event] = parse_kernel_log(f"[    5.000000] NVRM: Xid (PCI:0008:01:00): 145, {said}\n").events
+    assert nvlink5_fault(event.message) == expected
+    assert event.fatal == (expected.fatal if expected is not None else None)
 
 
 def test_a_real_incident_xid_79_then_sxid_20034_from_three_nvswitches() -> None:

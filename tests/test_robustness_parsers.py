@@ -33,6 +33,7 @@ NOT_TEXT_PARSERS: dict[str, str] = {
 # Parsers of bytes, not text: each has its own property test over arbitrary bytes.
 BINARY_PARSERS: dict[str, str] = {
     "parse_pci_config": "tests/test_parsers_pci.py::test_config_space_parser_takes_any_bytes",
+    "parse_pci_vpd": "tests/test_parsers_vpd.py::test_vpd_parser_takes_any_bytes",
 }
 
 

@@ -149,9 +149,9 @@ def test_hung_tools_end_by_the_deadline_kill_their_groups_and_leave_other_checks
     assert {finding["status"] for finding in checks["port-state"]} == {"pass"}
     assert len(checks["port-state"]) >= 10
     assert {finding["status"] for finding in checks["error-counters"]} == {"pass"}
-    # one ibstat + two nvidia-smi (topo -m, nvlink -s) + one perfquery per IB port, each with its grandchild
+    # one ibstat + three nvidia-smi (topo -m, nvlink -s, -q) + one perfquery per IB port, each with its grandchild
     recorded = _recorded_pids(pids)
-    assert len(recorded) == 2 * (1 + 2 + 8)
+    assert len(recorded) == 2 * (1 + 3 + 8)
     _assert_no_orphans(pids)
 
 
@@ -164,7 +164,7 @@ def test_a_hung_nvidia_smi_is_said_even_where_the_pack_can_judge_without_it(tmp_
     report = _report(done)
     hung = [finding for finding in report["findings"] if finding["check"] == "discovery"]
     assert sorted((finding["status"], finding["subject"]) for finding in hung) == [
-        ("unknown", "nvidia-smi-nvlink-s"), ("unknown", "nvidia-smi-topo-m")]
+        ("unknown", "nvidia-smi-nvlink-s"), ("unknown", "nvidia-smi-q"), ("unknown", "nvidia-smi-topo-m")]
     assert all("timed out" in finding["summary"] and "Xid" in finding["remedy"] for finding in hung)
     assert {finding["status"] for finding in _by_check(report)["gpu-nic-affinity"]} == {"pass"}
     _assert_no_orphans(pids)

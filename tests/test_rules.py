@@ -40,12 +40,13 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 def test_bundled_packs_are_found_through_the_installed_package() -> None:
     packs = bundled_packs()
     assert set(packs) == {"default", "dgx-h100", "hgx-a100", "pcie-only", "roce", "aws-p4d", "aws-p5", "aws-p5en",
-                          "gcp-a3-high", "gcp-a3-mega"}
+                          "gcp-a3-high", "gcp-a3-mega", "hgx-b200", "hgx-b300", "gb200-nvl72", "gb300-nvl72"}
     assert all(path.name == f"{name}.toml" and path.is_file() for name, path in packs.items())
 
 
 @pytest.mark.parametrize("name", ["default", "dgx-h100", "hgx-a100", "pcie-only", "roce", "aws-p4d", "aws-p5",
-                                  "aws-p5en", "gcp-a3-high", "gcp-a3-mega"])
+                                  "aws-p5en", "gcp-a3-high", "gcp-a3-mega", "hgx-b200", "hgx-b300", "gb200-nvl72",
+                                  "gb300-nvl72"])
 def test_every_bundled_pack_loads_and_names_itself(name: str) -> None:
     pack = load_rules(name, env={})
     assert pack.name == name

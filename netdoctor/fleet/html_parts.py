@@ -1,5 +1,5 @@
 """Parts of the fleet HTML page: what changed since the previous report, version drift, rail
-wiring, and the node × check grid, whose plain passing nodes fold into ranges of consecutive
+wiring, NVLink domains, and the node × check grid, whose plain passing nodes fold into ranges of consecutive
 names (`node[0001-0420]`, one row each) from FOLD_AT nodes on. Every string a node supplied
 (hosts, versions, switch names, summaries) goes through `escape`."""
 
@@ -11,9 +11,9 @@ from typing import Any
 
 from netdoctor.fleet.model import GRADE_ORDER, NodeGrade, NodeSummary
 from netdoctor.fleet.report import FleetReport
-from netdoctor.fleet.views import (NOT_JUDGED_WHY, changes_heading, clean_leaves_by_rail, contiguous_ranges, drift_rows,
-                                   finding_groups, fold_hosts, grade_groups, host_list, hosts_phrase, not_judged_hosts,
-                                   rail_rows, version_groups)
+from netdoctor.fleet.views import (NOT_JUDGED_WHY, changes_heading, clean_leaves_by_rail, contiguous_ranges, domain_rows,
+                                   drift_rows, finding_groups, fold_hosts, grade_groups, host_list, hosts_phrase,
+                                   not_judged_hosts, rail_rows, trays_phrase, version_groups)
 from netdoctor.textsafe import safe_text
 from netdoctor.util import natural_key
 
@@ -131,6 +131,34 @@ def rails_html(rails: Iterable[Any]) -> str:
     if unjudged:
         parts.append(f"<tr class=\"not-judged\"><td colspan=\"4\">not judged ({escape(NOT_JUDGED_WHY)})</td>"
                      f"<td class=\"hosts\">{_hosts(unjudged)}</td></tr>")
+    parts.append("</table>")
+    return "".join(parts)
+
+
+def domains_html(domains: Iterable[Any]) -> str:
+    """Domains and chassis with nodes in another clique or domain, one row each; partitioned
+    domains one row each; the domains in one clique folded into one row."""
+    odd, clean = domain_rows(domains)
+    if not odd and not clean:
+        return ""
+    parts = [f"<h2>NVLink domains ({len(odd)} of {len(odd) + len(clean):,} with nodes in another clique or domain)</h2>"
+             "<table class=\"small\" id=\"nvlink-domains\"><tr><th>domain or chassis</th><th>most nodes in</th>"
+             "<th>nodes</th><th>nodes elsewhere</th></tr>"]
+    # A chassis whose trays in a domain are partitioned has no majority; its partitions have a row below.
+    parts += _capped([f"<tr class=\"odd\"><td>{escape(row.what)}</td>"
+                      f"<td>{'partitioned: see below' if row.split else escape(row.majority)}</td>"
+                      f"<td>{'' if row.nodes is None else f'{row.nodes:,}'}</td><td class=\"hosts\">"
+                      + "".join(f"<div><b>{escape(there)}</b>: {escape(trays_phrase(hosts, row.trays))}</div>"
+                                for there, hosts in row.odd) + "</td></tr>" for row in odd], 4, "domains")
+    split = [row for row in odd + clean if row.split]
+    parts += _capped([f"<tr class=\"split\"><td>{escape(row.what)}</td><td>partitioned: not judged</td>"
+                      f"<td>{'' if row.nodes is None else f'{row.nodes:,}'}</td><td class=\"hosts\">"
+                      + "".join(f"<div><b>{escape(there)}</b>: {_hosts(hosts)}</div>" for there, hosts in row.split)
+                      + "</td></tr>" for row in split], 4, "domains")
+    alike = [row for row in clean if not row.split]
+    if alike:
+        parts.append(f"<tr class=\"clean\"><td>{len(alike):,} domains</td><td>one clique each</td>"
+                     f"<td>{sum(row.nodes or 0 for row in alike):,}</td><td>none</td></tr>")
     parts.append("</table>")
     return "".join(parts)
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from netdoctor.fleet.domains import Domain, bounded_domain
 from netdoctor.fleet.metrics import counter_growth, worst_pre_fec_ber_log10
 from netdoctor.fleet.platform import bounded_platform
 from netdoctor.report.model import STATUS_SEVERITY
@@ -143,6 +144,7 @@ class NodeSummary:
     rails: tuple[Rail, ...] = ()
     rails_guessed: bool = False   # `fabric.rails_guessed`: a rail's nearest GPU was a guess, wiring not judged
     platform: tuple[str, int | None] | None = None   # `fabric.product`, `.gpus_on_bus` (fleet.platform)
+    nvlink_domain: Domain | None = None   # `fabric.nvlink_domain`: cluster UUID, clique, chassis, tray (fleet.domains)
     probe: Mapping[str, Any] = field(default_factory=dict)
     # The fleet judged against itself: the report's `versions` (CONTRACT 6.3; its
     # `neighbors` are in `rails`), and its warn-or-worse findings (check, subject, status, summary) for `--since`.
@@ -302,6 +304,7 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
         reported_host=alias,
         other_findings=flagged - 1 if top_finding is not None else 0,
         **bounded_fabric(data.get("fabric"), data.get("neighbors")), platform=bounded_platform(data.get("fabric")),
+        nvlink_domain=bounded_domain(data.get("fabric")),
         probe=bounded_facts(probe, _PROBE_KEYS),
         versions=bounded_versions(data.get("versions")),
         findings=tuple(kept_findings),

@@ -91,7 +91,7 @@ def run_fleet_probe(options: FleetProbeOptions) -> FleetReport:
     checked = {node.host: node for node in check.nodes}
     nodes = [NodeSummary(host, NodeGrade(grade), TopFinding(why[:500], "fleet-probe"), gpus=checked[host].gpus,
                          rails=checked[host].rails, versions=checked[host].versions,
-                         rails_guessed=checked[host].rails_guessed)
+                         rails_guessed=checked[host].rails_guessed, nvlink_domain=checked[host].nvlink_domain)
              for host, (grade, why) in grades.items()]
     nodes += list(left_out.values())
     missing = [host for host in asked if host not in grades and host not in left_out]

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 
-from netdoctor.fleet.html_parts import changes_html, drift_html, escape, folded_note, grid_html, rails_html
+from netdoctor.fleet.html_parts import changes_html, domains_html, drift_html, escape, folded_note, grid_html, rails_html
 from netdoctor.fleet.model import BUSBW_METRIC, GRADE_ORDER, NodeGrade, NodeSummary
 from netdoctor.fleet.probe_render import probe_html, probe_text_lines
 from netdoctor.fleet.report import FleetReport
 from netdoctor.fleet.svg import busbw_dotplot_svg, busbw_histogram_svg
-from netdoctor.fleet.text_sections import changes_lines, drift_lines, rail_lines
+from netdoctor.fleet.text_sections import changes_lines, domain_lines, drift_lines, rail_lines
 from netdoctor.fleet.views import fold_hosts
 from netdoctor.textsafe import safe_text
 
@@ -81,6 +81,7 @@ def render_text(report: FleetReport) -> str:
         lines.append(f"Passing: {_fold(passing)}")
     lines += drift_lines(report.drift)
     lines += rail_lines(report.rails)
+    lines += domain_lines(report.nvlink_domains)
     return "\n".join(lines) + "\n"
 
 
@@ -127,7 +128,7 @@ table{border-collapse:collapse}
 svg text{font:10px sans-serif}
 td.hosts{max-width:90ch;overflow-wrap:anywhere;font:11px/1.3 ui-monospace,monospace}
 .st{display:inline-block;padding:0 5px;border-radius:3px;color:#fff}.st.s-warn{color:#000}
-#drift tr.minority td,#drift tr.below td,#rails tr.odd td{background:#fff3e0}
+#drift tr.minority td,#drift tr.below td,#rails tr.odd td,#nvlink-domains tr.odd td{background:#fff3e0}
 #grid tr.fold td.host{font-weight:400;font-style:italic}
 .note{color:#616161;margin:2px 0}
 #busbw-dots .d-fail{fill:var(--fail)}#busbw-dots .d-warn{fill:var(--warn)}#busbw-dots .d-unknown{fill:var(--unknown)}
@@ -192,6 +193,7 @@ def render_html(report: FleetReport) -> str:
         parts.append("</table>")
     parts.append(drift_html(report.drift))
     parts.append(rails_html(report.rails))
+    parts.append(domains_html(report.nvlink_domains))
 
     parts.append(
         "<h2>Nodes × checks</h2><div id=\"controls\"><input id=\"q\" type=\"search\" "

@@ -1,5 +1,5 @@
 """The `netdoctor.fleet/1` report: counts, nodes worst first, failing checks, outliers, version
-drift and rail wiring."""
+drift, rail wiring and NVLink domains."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from netdoctor.fleet.domains import find_domains
 from netdoctor.fleet.drift import drifted, find_drift
 from netdoctor.fleet.model import GRADE_ORDER, NodeGrade, NodeSummary
 from netdoctor.fleet.outliers import DEFAULT_THRESHOLD, Outlier, find_outliers
@@ -41,6 +42,9 @@ class FleetReport:
     # hardware, and rail wiring per leaf switch (netdoctor.fleet.drift / .rails).
     drift: list[dict[str, Any]] = field(default_factory=list)
     rails: list[dict[str, Any]] = field(default_factory=list)
+    # NVLink domains (CONTRACT 8): per cluster UUID its clique and the nodes in another, and
+    # each chassis whose trays are in several domains (netdoctor.fleet.domains).
+    nvlink_domains: list[dict[str, Any]] = field(default_factory=list)
     # `fleet report --since`: what changed against an earlier fleet report (netdoctor.fleet.since).
     changes: dict[str, Any] | None = None
 
@@ -69,8 +73,8 @@ class FleetReport:
 
     @property
     def exit_code(self) -> int:
-        """0 all pass; 1 any warn, outlier, version drift or miswired rail; 3 any unknown; 2 any
-        fail, unreachable or invalid.
+        """0 all pass; 1 any warn, outlier, version drift, miswired rail or node in another NVLink
+        domain or clique than its own; 3 any unknown; 2 any fail, unreachable or invalid.
 
         The order follows the node grade rule (fail > unknown > warn > pass): a node that
         did not answer or answered garbage cannot be trusted with a job, like a failing one. An
@@ -82,7 +86,8 @@ class FleetReport:
             return 2
         if NodeGrade.UNKNOWN in grades:
             return 3
-        if NodeGrade.WARN in grades or self.outliers or drifted(self.drift) or any(leaf["odd"] for leaf in self.rails):
+        if (NodeGrade.WARN in grades or self.outliers or drifted(self.drift) or any(leaf["odd"] for leaf in self.rails)
+                or any(domain["odd"] for domain in self.nvlink_domains)):
             return 1
         return 0
 
@@ -98,6 +103,7 @@ class FleetReport:
             "probe": self.probe,
             "drift": self.drift,
             "rails": self.rails,
+            "nvlink_domains": self.nvlink_domains,
             **({"changes": self.changes} if self.changes is not None else {}),
         }
 
@@ -126,4 +132,5 @@ def build_fleet_report(
         checks=checks,
         drift=find_drift(ordered, minimum_versions),
         rails=find_rails(ordered, rail_thresholds),
+        nvlink_domains=find_domains(ordered),
     )

@@ -1,15 +1,16 @@
 """The fleet text report's sections on the fleet against itself and against its past: what
-changed since the previous report (read first), version drift, rail wiring. Each returns
-no lines when it has nothing to say; every line goes through `safe_text`."""
+changed since the previous report (read first), version drift, rail wiring, NVLink domains.
+Each returns no lines when it has nothing to say; every line goes through `safe_text`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
-from netdoctor.fleet.views import (NOT_JUDGED_WHY, changes_heading, drift_rows, drift_text, finding_groups, fold_hosts,
-                                   grade_groups, host_list, hosts_phrase, not_judged_hosts, rail_rows, rail_text,
-                                   version_groups)
+from netdoctor.fleet.views import (NOT_JUDGED_WHY, changes_heading, domain_rows, domain_text, drift_rows, drift_text,
+                                   finding_groups, fold_hosts, grade_groups, host_list, hosts_phrase, not_judged_hosts,
+                                   rail_rows, rail_text, split_text, version_groups)
 from netdoctor.textsafe import safe_text
 
 # Lines per subsection before the rest is counted ("... and 12 more").
@@ -74,6 +75,28 @@ def rail_lines(rails: Iterable[Any]) -> list[str]:
     if unjudged:
         lines.append(safe_text(f"  Not judged ({NOT_JUDGED_WHY}): {hosts_phrase(unjudged)}"))
     return ["", header] + lines
+
+
+def domain_lines(domains: Iterable[Any]) -> list[str]:
+    """`NVLink domains`: each domain or chassis with nodes elsewhere, then the partitioned ones;
+    one line where every domain is in one clique."""
+    odd, clean = domain_rows(domains)
+    if not odd and not clean:
+        return []
+    split = [row for row in odd + clean if row.split]
+    if odd:
+        lines = [f"NVLink domains ({len(odd):,} of {len(odd) + len(clean):,} with nodes in another clique or domain):"]
+        # A chassis whose trays in a domain are partitioned has no majority: its other trays are below.
+        lines += _limited([f"  {domain_text(replace(row, majority='partitions (below)') if row.split else row)}"
+                           for row in odd], "domains")
+    else:
+        domains = [row for row in clean if not row.what.startswith("chassis ")]
+        nodes = sum(row.nodes or 0 for row in domains)
+        lines = [f"NVLink domains: {len(domains):,} ({_count(nodes)}), none with a node in another clique or domain"]
+    if split:
+        lines.append("  Partitioned (no clique holds most of the domain's nodes; not judged):")
+        lines += _limited([f"    {split_text(row)}" for row in split], "domains")
+    return [""] + [safe_text(line) for line in lines]
 
 
 def _count(hosts: int) -> str:

@@ -194,6 +194,72 @@ def clean_leaves_by_rail(rows: list[RailRow]) -> list[tuple[str, list[str], int]
             for (kind, rail), (leaves, ports) in sorted(groups.items(), key=lambda item: (item[0][0], natural_key(item[0][1])))]
 
 
+# ---- NVLink domains ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DomainRow:
+    what: str                                # `cluster 00000001-... (chassis 1820000000001)` or `chassis 1820000000001`
+    majority: str                            # `clique 2` (a cluster's); `cluster 00000001-...`, `no NVLink domain`
+    nodes: int | None
+    odd: list[tuple[str, list[str]]]         # where -> the hosts there, by name
+    trays: Mapping[str, int]                 # odd host -> its tray index, where known
+    split: list[tuple[str, list[str]]]       # no group holds most nodes: each group's hosts
+
+    @property
+    def odd_nodes(self) -> int:
+        return sum(len(hosts) for _, hosts in self.odd)
+
+
+def domain_rows(entries: Iterable[Any]) -> tuple[list[DomainRow], list[DomainRow]]:
+    """(domains and chassis with nodes elsewhere, the most first; the others)."""
+    odd_rows, clean = [], []
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            continue
+        uuid, clique = _text(entry.get("cluster_uuid")), entry.get("clique_id")
+        where = f"clique {clique}" if isinstance(clique, int) and not isinstance(clique, bool) else "no clique"
+        chassis, racks = entry.get("chassis"), entry.get("chassis_serials")
+        majority = ("no NVLink domain" if not uuid else f"cluster {uuid}") if chassis is not None else where
+        racks = ", ".join(_hosts(racks)) if chassis is None and isinstance(racks, list) else ""
+        odd_map, split_map, trays = entry.get("odd"), entry.get("split"), entry.get("trays")
+        groups: dict[str, list[str]] = {}
+        for host, there in odd_map.items() if isinstance(odd_map, Mapping) else ():
+            groups.setdefault(_text(there), []).append(_text(host))
+        nodes = entry.get("nodes")
+        row = DomainRow(
+            what=f"chassis {_text(chassis)}" if chassis is not None
+            else f"cluster {uuid or '?'}" + (f" (chassis {racks})" if racks else ""), majority=majority,
+            nodes=nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else None,
+            odd=sorted(((there, sorted(hosts, key=natural_key)) for there, hosts in groups.items()),
+                       key=lambda item: natural_key(item[0])),
+            trays={_text(host): tray for host, tray in trays.items() if isinstance(tray, int) and not isinstance(tray, bool)}
+            if isinstance(trays, Mapping) else {},
+            split=[(_text(there), _hosts(hosts)) for there, hosts in split_map.items()] if isinstance(split_map, Mapping) else [])
+        (odd_rows if row.odd else clean).append(row)
+    odd_rows.sort(key=lambda row: (-row.odd_nodes, natural_key(row.what)))
+    return odd_rows, clean
+
+
+def trays_phrase(hosts: list[str], trays: Mapping[str, int]) -> str:
+    """`tray 12 (node17)`, `trays 3, 12 (node[05,17])`; the hosts alone where a tray is not known
+    or they are many."""
+    if not hosts or len(hosts) > 8 or any(host not in trays for host in hosts):
+        return hosts_phrase(hosts)
+    return f"tray{'s' if len(hosts) > 1 else ''} {', '.join(str(trays[host]) for host in hosts)} ({fold_hosts(hosts)})"
+
+
+def domain_text(row: DomainRow) -> str:
+    """`chassis 1820000000001: tray 12 (node17) in clique 3, the other 17 in clique 2`."""
+    parts = "; ".join(f"{trays_phrase(hosts, row.trays)} in {there}" for there, hosts in row.odd)
+    others = f", the other {row.nodes - row.odd_nodes:,} in {row.majority}" if row.nodes is not None else ""
+    return f"{row.what}: {parts}{others}"
+
+
+def split_text(row: DomainRow) -> str:
+    """`cluster 00000001-...: clique 2 on node[01-09]; clique 3 on node[10-18]`."""
+    return f"{row.what}: " + "; ".join(f"{there} on {hosts_phrase(hosts)}" for there, hosts in row.split)
+
+
 # ---- changes since the previous report -----------------------------------------------------
 
 def grade_groups(grades: Any) -> list[tuple[str, str, list[str]]]:

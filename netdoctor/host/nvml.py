@@ -3,7 +3,8 @@
 Every NVML call may fail on its own (a GPU fallen off the bus answers GPU_IS_LOST,
 vGPUs answer NOT_SUPPORTED for PCIe queries); each failure becomes null for that field
 plus an entry in the GPU's "errors", never an exception. No NVIDIA driver at all gives
-(None, reason).
+(None, reason). The fabric and platform facts are read in host/nvml_fabric.py, the health
+fields in host/nvml_health.py.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 import structlog
 
+from netdoctor.host.nvml_fabric import fabric as _fabric
+from netdoctor.host.nvml_fabric import platform as _platform
 from netdoctor.host.nvml_health import HEALTH_FIELDS, NvmlCaller, gpu_health
 from netdoctor.host.nvml_health import text_of as _text
 from netdoctor.host.types import SysTree
@@ -64,11 +67,16 @@ def _nvlink(nvml: ModuleType, handle: Any, errors: dict[str, str]) -> dict[str, 
         except nvml.NVMLError as error:
             errors["nvlink_version"] = str(error)
     speeds = _nvlink_speeds(nvml, handle, [entry["link"] for entry in links])
+    nvlink5 = version is not None and version >= _NVLINK_VERSION_5
+    counters5 = _nvlink5_counters(nvml, handle, [entry["link"] for entry in links], errors) if nvlink5 else {}
     for entry in links:
         link = entry["link"]
         entry["speed_mbps"] = speeds.get(link)
         entry["remote_pci_bus_id"] = _remote_pci_bus_id(nvml, handle, link) if entry["state"] == "active" else None
+        # On NVLink 5 the driver answers NOT_SUPPORTED for these four: null there (CONTRACT 8).
         entry["errors"] = {name: _link_counter(nvml, handle, link, counter) for name, counter in _NVLINK_COUNTERS}
+        if nvlink5:
+            entry["errors"].update(counters5.get(link, {"symbol_errors": None, "effective_ber": None}))
     return {"active": len(active), "total": len(links), "version": version, "links": links}
 
 
@@ -76,6 +84,15 @@ def _nvlink(nvml: ModuleType, handle: Any, errors: dict[str, str]) -> dict[str, 
 _NVLINK_COUNTERS = (("replay", 0), ("recovery", 1), ("crc_flit", 2), ("crc_data", 3))
 # NVML_FI_DEV_NVLINK_GET_SPEED: the link's speed in MB/s, per link through the field's scopeId.
 _FI_NVLINK_SPEED = 164
+# NVLink 5 (nvmlNvlinkVersion_t NVML_NVLINK_VERSION_5_0 = 7) counters, per link through scopeId
+# (nvml.h "NVLink counter field id 201-225: Link ID needs to be specified in the scopeId field"):
+# NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS ("Number of errors in rx symbols") and
+# NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_BER ("Effective BER for effective errors", packed).
+_NVLINK_VERSION_5 = 7
+_FI_NVLINK_SYMBOL_ERRORS = 221
+_FI_NVLINK_EFFECTIVE_BER = 220
+# nvmlValueType_t -> the nvmlValue_t member that holds it (nvml.h NVML_VALUE_TYPE_*).
+_VALUE_MEMBERS = {1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
 _NO_REMOTE = "FFFFFFFF:FF:FF.0"
 
 
@@ -119,47 +136,54 @@ def _nvlink_speeds(nvml: ModuleType, handle: Any, links: list[int]) -> dict[int,
     return speeds
 
 
-# nvmlGpuFabricState_t
-_FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+def _nvlink5_counters(nvml: ModuleType, handle: Any, links: list[int],
+                      errors: dict[str, str]) -> dict[int, dict[str, Any]]:
+    """Per link its NVLink 5 symbol errors and decoded effective BER: one field-values call for
+    the GPU. A field the driver does not answer (NOT_SUPPORTED) is null, not an error."""
+    function = getattr(nvml, "nvmlDeviceGetFieldValues", None)
+    if function is None or not links:
+        return {}
+    try:
+        values = list(function(handle, [(field, link) for link in links
+                                        for field in (_FI_NVLINK_SYMBOL_ERRORS, _FI_NVLINK_EFFECTIVE_BER)]))
+    except nvml.NVMLError as error:
+        if _error_code(error) != getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3):
+            errors["nvlink_counters"] = str(error)
+        return {}
+    except (TypeError, ValueError) as error:
+        errors["nvlink_counters"] = f"nvmlDeviceGetFieldValues: {error}"
+        return {}
+    counters: dict[int, dict[str, Any]] = {}
+    for position, link in enumerate(links):
+        pair = values[2 * position:2 * position + 2]
+        symbol = _field_integer(pair[0]) if pair else None
+        ber = _field_integer(pair[1]) if len(pair) > 1 else None
+        counters[link] = {"symbol_errors": symbol, "effective_ber": nvlink_ber(ber) if ber is not None else None}
+    return counters
 
 
-def _fabric(nvml: ModuleType, handle: Any, errors: dict[str, str]) -> dict[str, Any] | None:
-    """nvmlDeviceGetGpuFabricInfoV (else the older nvmlDeviceGetGpuFabricInfo): the GPU's
-    registration with the NVSwitch fabric. Both fill a struct the caller allocates."""
-    for function_name, struct_name, version_name in (
-            ("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t", "nvmlGpuFabricInfo_v2"),
-            ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t", None)):
-        function, struct = getattr(nvml, function_name, None), getattr(nvml, struct_name, None)
-        if function is None or struct is None:
-            continue
-        info = struct()
-        if version_name is not None and hasattr(nvml, version_name):
-            info.version = getattr(nvml, version_name)
-        try:
-            function(handle, ctypes.byref(info))
-        except nvml.NVMLError as error:
-            if _error_code(error) == getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3):
-                return {"state": "not_supported", "status": None, "clique_id": None, "cluster_uuid": None}
-            errors["fabric"] = str(error)
-            return None
-        except (TypeError, ValueError, AttributeError) as error:
-            errors["fabric"] = f"{function_name}: {error}"
-            return None
-        status = getattr(info, "status", None)
-        # A char array reads back cut at its first NUL: the UUID is read as raw bytes.
-        field = getattr(type(info), "clusterUuid", None)
-        uuid_bytes = ctypes.string_at(ctypes.addressof(info) + field.offset, field.size) if field is not None else b""
-        return {"state": _FABRIC_STATES.get(getattr(info, "state", None), str(getattr(info, "state", None))),
-                "status": "success" if status == 0 else (None if status is None else f"error {status}"),
-                "clique_id": getattr(info, "cliqueId", None),
-                "cluster_uuid": _uuid_text(uuid_bytes) if uuid_bytes else None}
-    errors["fabric"] = "nvmlDeviceGetGpuFabricInfo is not available in this nvidia-ml-py"
-    return None
+def _field_integer(value: Any) -> int | None:
+    """An nvmlFieldValue_t's integer value, by its valueType; None where the field did not answer."""
+    if getattr(value, "nvmlReturn", 1) != 0:
+        return None
+    kind = getattr(value, "valueType", None)
+    member = _VALUE_MEMBERS.get(kind) if isinstance(kind, int) else "ullVal"
+    number = getattr(getattr(value, "value", None), member, None) if member else None
+    return number if isinstance(number, int) and not isinstance(number, bool) and number >= 0 else None
 
 
-def _uuid_text(raw: bytes) -> str:
-    text = raw.hex().ljust(32, "0")[:32]
-    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+def nvlink_ber(packed: int) -> float:
+    """NVML's packed NVLink BER as a float. nvml.h (NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_BER): "Bit
+    [0:7]: BER Exponent value, Bit [8:11]: BER MANTISSA value", extracted with
+    NVML_NVLINK_ERROR_COUNTER_BER_GET(var, BER_EXP / BER_MANTISSA) (shift 0 width 0xff, shift 8
+    width 0xf); the value is mantissa x 10^-exponent as DCGM computes it (NVIDIA/DCGM
+    common/DcgmUtilities.cpp NvmlBerParser @72fa3fe). Mantissa 15 with exponent 255 is DCGM's
+    "zero BER" (IsEffectiveBerThresholdExceeded: berZeroMantissa/berZeroExponent), the 15E-255
+    that mlxlink also prints for a link with nothing counted: 0.0 here."""
+    mantissa, exponent = (packed >> 8) & 0xF, packed & 0xFF
+    if (mantissa, exponent) == (15, 255):
+        return 0.0
+    return mantissa * 10.0 ** -exponent
 
 
 # nvmlGpuVirtualizationMode_t
@@ -189,7 +213,7 @@ def _gpu(nvml: ModuleType, index: int, sys: SysTree | None, dmabuf_query: Dmabuf
     handle = call("handle", "nvmlDeviceGetHandleByIndex", index)
     if handle is None:
         gpu.update({"name": None, "uuid": None, "pci_bus_id": None, "numa_node": None, "pcie": None,
-                    "nvlink": None, "fabric": None, "vbios_version": None, "virtualization_mode": None,
+                    "nvlink": None, "fabric": None, "platform": None, "vbios_version": None, "virtualization_mode": None,
                     "performance_state": None, "dmabuf_supported": None,
                     **dict.fromkeys(HEALTH_FIELDS), "errors": errors})
         return gpu
@@ -209,6 +233,7 @@ def _gpu(nvml: ModuleType, index: int, sys: SysTree | None, dmabuf_query: Dmabuf
     }
     gpu["nvlink"] = _nvlink(nvml, handle, errors)
     gpu["fabric"] = _fabric(nvml, handle, errors)
+    gpu["platform"] = _platform(nvml, handle, errors)
     gpu["vbios_version"] = call("vbios_version", "nvmlDeviceGetVbiosVersion", handle)
     mode = call("virtualization_mode", "nvmlDeviceGetVirtualizationMode", handle)
     gpu["virtualization_mode"] = _VIRTUALIZATION_MODES.get(mode, str(mode)) if mode is not None else None

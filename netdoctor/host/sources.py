@@ -86,7 +86,8 @@ def _needs(*names: str) -> frozenset[str]:
 
 
 _RDMA = _needs("rdma")
-_UNIT_PROPERTIES = "ActiveState,SubState,Result,NRestarts,ActiveEnterTimestamp"
+# UnitFileState since 0.3 (is the unit meant to run here?): the contract's list plus one property.
+_UNIT_PROPERTIES = "ActiveState,SubState,Result,NRestarts,ActiveEnterTimestamp,UnitFileState"
 
 # Table order is the order of trust: sysfs > NVML > tools; among tools, the first row's
 # value stands and later ones that differ are recorded as conflicts. iblinkinfo comes
@@ -114,10 +115,11 @@ SOURCES: tuple[Source, ...] = (
     Source("nvidia-smi-topo-m", ("nvidia-smi", "topo", "-m"), "netdoctor.parsers.nvidia_smi_topo:parse_nvidia_smi_topo",
            _needs("gpus", "topology"), timeout_s=8.0, max_output_bytes=256 * KiB, max_lines=2_000),
     # Each interface's IP addresses (sysfs holds none): NCCL finds NCCL_SOCKET_IFNAME's interfaces
-    # only through an address. One JSON line, ~600 bytes per interface: a DGX ~20 interfaces, 12 KB;
-    # a Kubernetes node with 2,000 veths ~1.2 MB.
+    # only through an address; nvswitch-fabric finds this node among `nvidia-imex-ctl -N`'s nodes by
+    # one. One JSON line, ~600 bytes per interface: a DGX ~20 interfaces, 12 KB; a Kubernetes node
+    # with 2,000 veths ~1.2 MB.
     Source("ip-j-addr", ("ip", "-j", "address", "show"), "netdoctor.parsers.ip_addr:parse_ip_addr_json",
-           _needs("nccl-env"), timeout_s=3.0, max_output_bytes=8 * MiB, max_lines=1_000),
+           _needs("nccl-env", "fabric"), timeout_s=3.0, max_output_bytes=8 * MiB, max_lines=1_000),
     # The only source of "could be" hints for degraded links. It sends SMPs to every
     # switch, so thousands of nodes running it at once in a prolog load the SM. A
     # 2,000-switch fabric prints ~15 MB (~150,000 lines); the cap keeps a runaway tool's memory bounded.
@@ -136,6 +138,17 @@ SOURCES: tuple[Source, ...] = (
     Source("nvidia-smi-nvlink-s", ("nvidia-smi", "nvlink", "-s"),
            "netdoctor.parsers.nvidia_smi_nvlink:parse_nvidia_smi_nvlink_status", _needs("nvlink"), timeout_s=8.0,
            max_output_bytes=1 * MiB, max_lines=10_000),
+    # The NVLink domain (nvswitch-fabric, need `fabric`; CONTRACT 8). The IMEX domain as this node's
+    # daemon sees it: its nodes, their connection matrix and `Domain State`. An 18-tray NVL72 prints
+    # ~50 lines, 3.4 KB (tests/data/corpus/nvidia-imex-ctl); a 144-node domain ~170 lines of ~600
+    # characters, ~100 KB. Not installed off NVL72 racks (missing, not judged there).
+    Source("nvidia-imex-ctl-N", ("nvidia-imex-ctl", "-N"), "netdoctor.parsers.nvidia_imex_ctl:parse_nvidia_imex_ctl",
+           _needs("fabric"), timeout_s=5.0, max_output_bytes=1 * MiB, max_lines=10_000),
+    # A second source of each GPU's fabric state, clique, cluster UUID, fabric health, platform info
+    # and recovery action, where NVML (or its bindings) gave none. ~250 lines, 14 KB per GPU (the
+    # device tool's 2x H200: 506 lines, 28 KB); 8 GPUs ~2,000 lines, 115 KB, plus ~7 lines per process.
+    Source("nvidia-smi-q", ("nvidia-smi", "-q"), "netdoctor.parsers.nvidia_smi_q:parse_nvidia_smi_q", _needs("fabric"),
+           timeout_s=10.0, max_output_bytes=4 * MiB, max_lines=50_000),
     # This boot's kernel log with absolute times: kernel-events (need `kernel-log`) judges
     # Xids, SXids, link flaps and AER. Root where kernel.dmesg_restrict=1 (most distributions).
     # A long-running 8-GPU node logs a few MB (~50,000 lines); the ring buffer itself is

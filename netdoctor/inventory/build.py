@@ -30,6 +30,8 @@ from netdoctor.inventory.from_sysfs import (
     read_sysfs_rdma,
 )
 from netdoctor.inventory.from_tools import JOINERS, parser_of, qos_of_bonds
+from netdoctor.inventory.bridge import mark_switch_management
+from netdoctor.inventory.gpu_numa import settle_gpu_numa
 from netdoctor.inventory.hardware import hca_model
 from netdoctor.inventory.merge import Draft, quiet
 from netdoctor.inventory.model import Inventory, Netdev, PcieLink, SourceState
@@ -114,13 +116,16 @@ def _join(draft: Draft) -> None:
             link = _sysfs_link(draft, hca.pci_address)
             if link:
                 inventory.pcie[hca.pci_address] = link
+    mark_switch_management(inventory)   # again with what the tools added (an ibstat-only snapshot)
+    sysfs_numa: dict[str, int | None] = {}
     for gpu in inventory.gpus:
         if gpu.pci_address:
             link = _sysfs_link(draft, gpu.pci_address)
             if link:
                 inventory.pcie[gpu.pci_address] = link
-            sysfs_numa = quiet(sysfs_values.parse_numa_node, draft.sys.read(f"bus/pci/devices/{gpu.pci_address}/numa_node"))
-            draft.merge(gpu, {"numa_node": sysfs_numa}, "sysfs", gpu.label)
+            sysfs_numa[gpu.label] = quiet(sysfs_values.parse_numa_node,
+                                          draft.sys.read(f"bus/pci/devices/{gpu.pci_address}/numa_node"))
+    settle_gpu_numa(draft, sysfs_numa)   # the CPU's node; on Grace NVML's is the GPU memory's
     # Netdev <-> RDMA port: ibdev2netdev / RoCE GID 0 already set Port.netdev; IPoIB
     # and single-port functions are found through the PCI function's net/ directory.
     netdevs_by_pci: dict[str, list[Netdev]] = {}

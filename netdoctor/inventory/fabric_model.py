@@ -18,8 +18,13 @@ from netdoctor.vocabulary import KernelEventKind
 
 # ---- NVLink and the NVSwitch fabric (nvml.json "nvlink" / "fabric", nvidia-smi nvlink -s) ----
 
-# The NVLink error counters by their contract names (nvml.json `errors`).
+# The NVLink error counters by their contract names (nvml.json `errors`): the data-link
+# layer's counters of NVLink 1-4, and NVLink 5's symbol errors (CONTRACT 8; on NVLink 5 the
+# older four may be null).
 NVLINK_ERROR_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")
+NVLINK5_ERROR_COUNTERS = ("symbol_errors",)
+# nvmlNvlinkVersion_t (nvml.h NVML_NVLINK_VERSION_*) -> the NVLink generation it names.
+NVLINK_GENERATIONS = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
 
 
 @dataclass(frozen=True)
@@ -31,7 +36,8 @@ class NvLink:
     speed_mbps: int | None = None           # NVML's per-link speed field, MB/s per direction
     version: int | None = None              # nvmlNvlinkVersion_t (6 = NVLink 4.0)
     remote_pci_bus_id: str | None = None    # canonical `0000:05:00.0`; None where NVML gives none
-    errors: dict[str, int | None] = field(default_factory=dict)   # NVLINK_ERROR_COUNTERS -> value
+    errors: dict[str, int | None] = field(default_factory=dict)   # NVLINK_ERROR_COUNTERS (+ NVLINK5_) -> value
+    effective_ber: float | None = None      # NVLink 5: NVML's effective BER, decoded from its packed field
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,26 @@ class GpuFabric:
     status: str | None = None       # success, or the NVML return name of the failure
     clique_id: int | None = None
     cluster_uuid: str | None = None
+    health_summary: str | None = None   # healthy | unhealthy | limited_capacity | not_supported (fabric info v3)
+    bandwidth: str | None = None        # full | degraded | not_supported (the health mask's degraded-bandwidth bits)
+
+    @property
+    def in_nvlink_domain(self) -> bool:
+        """A multi-node NVLink domain gives its GPUs a non-zero cluster UUID (and clique)."""
+        uuid = self.cluster_uuid
+        return bool(uuid) and uuid.replace("-", "").strip("0") != ""
+
+
+@dataclass(frozen=True)
+class GpuPlatform:
+    """nvmlDeviceGetPlatformInfo: where the GPU sits in its rack (GB200/GB300 NVL72; None elsewhere)."""
+
+    chassis_serial_number: str | None = None
+    slot_number: int | None = None      # the compute tray's physical slot in the rack
+    tray_index: int | None = None
+    host_id: int | None = None
+    peer_type: str | None = None        # switch_connected | direct_connected | ...
+    module_id: int | None = None        # the GPU's module within the tray
 
 
 # ---- PCIe links ------------------------------------------------------------------------
@@ -114,7 +140,7 @@ class KernelLog:
 
 @dataclass(frozen=True)
 class ServiceState:
-    """`systemctl show UNIT -p ActiveState,SubState,Result,NRestarts,ActiveEnterTimestamp`."""
+    """`systemctl show UNIT -p ActiveState,SubState,Result,NRestarts,ActiveEnterTimestamp,UnitFileState`."""
 
     unit: str
     active_state: str | None = None        # active | inactive | failed | activating | ...
@@ -122,3 +148,4 @@ class ServiceState:
     result: str | None = None              # success | exit-code | ...
     restarts: int | None = None
     active_since: datetime | None = None
+    unit_file_state: str | None = None     # enabled | disabled | ...; None: not installed or not read

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from typing import Any
@@ -9,7 +10,21 @@ from typing import Any
 from netdoctor.errors import NetdoctorError
 from netdoctor.host.budgets import SourceTooLarge
 from netdoctor.inventory.merge import Draft, pci
-from netdoctor.inventory.model import NVLINK_ERROR_COUNTERS, Gpu, GpuFabric, GpuMemoryHealth, NvLink, PcieLink, SourceState
+from netdoctor.inventory.model import (
+    NVLINK5_ERROR_COUNTERS,
+    NVLINK_ERROR_COUNTERS,
+    Gpu,
+    GpuFabric,
+    GpuMemoryHealth,
+    GpuPlatform,
+    NvLink,
+    PcieLink,
+    SourceState,
+)
+
+# CONTRACT 8's values of `fabric.health_summary` and `fabric.bandwidth`; any other is unknown (None).
+HEALTH_SUMMARIES = frozenset({"healthy", "unhealthy", "limited_capacity", "not_supported"})
+FABRIC_BANDWIDTHS = frozenset({"full", "degraded", "not_supported"})
 
 
 def _ask_nvml(draft: Draft, wait_until: float | None) -> tuple[dict[str, Any] | None, str]:
@@ -94,6 +109,7 @@ def read_nvml(draft: Draft, wait_until: float | None = None) -> None:
         gpu.nvlink_version = _as(int, nvlink.get("version"))
         gpu.nvlinks = _nvlinks(nvlink.get("links"), gpu.nvlink_version)
         gpu.fabric = _fabric(entry.get("fabric"))
+        gpu.platform = _platform(entry.get("platform"))
         gpu.vbios_version = _as(str, entry.get("vbios_version"))
         gpu.virtualization_mode = _as(str, entry.get("virtualization_mode"))
         _health(gpu, entry)
@@ -116,11 +132,15 @@ def _nvlinks(entries: Any, version: int | None) -> tuple[NvLink, ...]:
             continue
         state = entry.get("state")
         counters = entry.get("errors") if isinstance(entry.get("errors"), dict) else {}
+        errors = {name: _as(int, counters.get(name)) for name in NVLINK_ERROR_COUNTERS}
+        # NVLink 5's counters only where the report carries them (CONTRACT 8): an older GPU's
+        # links keep the four counters alone, as its history entries do.
+        errors.update({name: _count(counters.get(name)) for name in NVLINK5_ERROR_COUNTERS if name in counters})
         links.append(NvLink(
             link=entry["link"], active={"active": True, "inactive": False}.get(state) if isinstance(state, str) else None,
             speed_mbps=_as(int, entry.get("speed_mbps")), version=version,
             remote_pci_bus_id=pci(_as(str, entry.get("remote_pci_bus_id"))),
-            errors={name: _as(int, counters.get(name)) for name in NVLINK_ERROR_COUNTERS}))
+            errors=errors, effective_ber=_ber(counters.get("effective_ber"))))
     return tuple(sorted(links, key=lambda link: link.link))
 
 
@@ -161,8 +181,35 @@ def _count(value: Any) -> int | None:
 def _fabric(entry: Any) -> GpuFabric | None:
     if not isinstance(entry, dict):
         return None
+    summary, bandwidth = _as(str, entry.get("health_summary")), _as(str, entry.get("bandwidth"))
     return GpuFabric(state=_as(str, entry.get("state")), status=_as(str, entry.get("status")),
-                     clique_id=_as(int, entry.get("clique_id")), cluster_uuid=_as(str, entry.get("cluster_uuid")))
+                     clique_id=_as(int, entry.get("clique_id")), cluster_uuid=_as(str, entry.get("cluster_uuid")),
+                     health_summary=summary if summary in HEALTH_SUMMARIES else None,
+                     bandwidth=bandwidth if bandwidth in FABRIC_BANDWIDTHS else None)
+
+
+def _platform(entry: Any) -> GpuPlatform | None:
+    """CONTRACT 8 `platform`; a value of the wrong type (or a byte out of range) is unknown."""
+    if not isinstance(entry, dict):
+        return None
+    serial = _as(str, entry.get("chassis_serial_number"))
+    return GpuPlatform(chassis_serial_number=serial if serial and serial.strip() else None,
+                       slot_number=_byte(entry.get("slot_number")), tray_index=_byte(entry.get("tray_index")),
+                       host_id=_byte(entry.get("host_id")), peer_type=_as(str, entry.get("peer_type")),
+                       module_id=_byte(entry.get("module_id")))
+
+
+def _byte(value: Any) -> int | None:
+    number = _as(int, value)
+    return number if number is not None and 0 <= number <= 0xFF else None
+
+
+def _ber(value: Any) -> float | None:
+    """A decoded BER: a finite float from 0 to 1 (an integer 0 too); anything else is unknown."""
+    if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= 1:
+        return None          # also an int too large for a float (a hostile snapshot)
+    number = _as(float, value)
+    return number if number is not None and math.isfinite(number) and 0.0 <= number <= 1.0 else None
 
 
 def _as(kind: type, value: Any) -> Any:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 
 from netdoctor.errors import NetdoctorError, ParseError
+from netdoctor.inventory.bridge import mark_switch_management, reads_vpd, switch_management_of_vpd
 from netdoctor.inventory.hardware import (
     AMAZON_VENDOR,
     MELLANOX_VENDOR,
@@ -69,6 +70,8 @@ def read_pci_identity(draft: Draft, hca: Hca, device: str) -> None:
     hca.driver = clean(draft.sys.link_name(f"{device}/driver")) or None
     hca.pci_vendor = sysfs_values.pci_id(draft.sys.read(f"{device}/vendor"))
     hca.pci_device = sysfs_values.pci_id(draft.sys.read(f"{device}/device"))
+    if reads_vpd(hca):   # a ConnectX-7 PF: the NVSwitch bridge's LPF says SMDL=SW_MNG (root-only file)
+        hca.switch_management = switch_management_of_vpd(draft.sys.read_binary(f"{device}/vpd"))
     if not is_efa(hca):
         return
     hca.ca_type = hca.ca_type or efa_generation(hca.pci_device)
@@ -196,6 +199,7 @@ def read_pci_gpus(draft: Draft) -> None:
     draft.inventory.nvswitches = tuple(switches)
     draft.inventory.pci_efa = efa
     draft.inventory.pci_nics = nics
+    mark_switch_management(draft.inventory)   # the RDMA devices' VPD is read; the bus's GPUs name the board
 
 
 def _read_pci_nic(draft: Draft, address: str, nics: dict[str, tuple[str, str | None]]) -> None:

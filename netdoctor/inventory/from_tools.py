@@ -24,6 +24,7 @@ from netdoctor.inventory.from_neighbors import (
 )
 from netdoctor.inventory.from_pci import join_lspci
 from netdoctor.inventory.hardware import AMAZON_VENDOR, ca_type_from_part_id
+from netdoctor.inventory.from_fabric_tools import join_imex_ctl, join_nvidia_smi_q
 from netdoctor.inventory.merge import Draft, seen_by
 from netdoctor.inventory.model import (
     Conflict,
@@ -125,7 +126,8 @@ def join_topology(draft: Draft, topology: Topology, fields: Mapping[str, str]) -
             inventory.gpus.append(gpu)
         gpu.sources += ("nvidia-smi-topo-m",)
         gpu.cpu_affinity = topology.cpu_affinity.get(label) or gpu.cpu_affinity
-        draft.merge(gpu, {"numa_node": topology.numa_affinity.get(label)}, "nvidia-smi-topo-m", label)
+        # numa_node: topology.numa_affinity is joined with NVML's and the kernel's in build._join
+        # (gpu_numa.settle_gpu_numa): on Grace NVML's is the GPU memory's node, not the CPU's.
     inventory.gpus.sort(key=lambda gpu: gpu.index)
     for name in topology.nic_names.values():
         if inventory.hca(name) is None:
@@ -264,7 +266,7 @@ def join_kernel_log(draft: Draft, log: KernelLogLines, fields: Mapping[str, str]
 def _join_service(unit: str) -> Joiner:
     def join(draft: Draft, state: UnitState, fields: Mapping[str, str]) -> None:
         draft.inventory.services[unit] = ServiceState(unit, state.active_state, state.sub_state, state.result,
-                                                      state.restarts, state.active_since)
+                                                      state.restarts, state.active_since, state.unit_file_state)
     return join
 
 
@@ -309,6 +311,8 @@ JOINERS: dict[str, Joiner] = {
     "perfquery-x-{dev}-{port}": join_perfquery,
     "mlnx_qos-{netdev}": join_mlnx_qos,
     "nvidia-smi-nvlink-s": join_nvlink_status,
+    "nvidia-imex-ctl-N": join_imex_ctl,
+    "nvidia-smi-q": join_nvidia_smi_q,
     "dmesg": join_kernel_log,
     "systemctl-show-nvidia-fabricmanager": _join_service("nvidia-fabricmanager"),
     "systemctl-show-nvidia-imex": _join_service("nvidia-imex"),

@@ -81,7 +81,12 @@ def is_efa(hca: "Hca") -> bool:
 NVIDIA_VENDOR = "0x10de"
 
 # NVIDIA data-center GPUs by PCI device id, named as NVML names them, so that a node whose
-# driver is broken (NVML down) still gets its rule pack and its GPUs counted.
+# driver is broken (NVML down) still gets its rule pack and its GPUs counted. Blackwell (pci.ids,
+# pciutils/pciids @c1c12547: 2901 "GB100 [B200]", 2941 "GB100 [HGX GB200]", 3182 "GB110 [B300 SXM6
+# AC]", 31c2/31c3 "GB110 [GB300]"): the NVML names of 2901, 2941 and 31c2 are paired with their ids in
+# real `nvidia-smi -q -x` (tests/data/corpus/nvidia-smi-q-x/NVIDIA-k8s-test-infra__qx-*.xml); 3182's
+# name is the one real `nvidia-smi` prints on an HGX B300 (tests/data/corpus/nvidia-smi-nvlink/
+# dell-xe9780-*), and 31c3 is named as pci.ids names it (no capture pairs it with NVML).
 NVIDIA_GPU_MODELS: dict[str, str] = {
     "0x20b0": "NVIDIA A100-SXM4-40GB",
     "0x20b2": "NVIDIA A100-SXM4-80GB",
@@ -93,6 +98,10 @@ NVIDIA_GPU_MODELS: dict[str, str] = {
     "0x2335": "NVIDIA H200",
     "0x233b": "NVIDIA H200 NVL",
     "0x2901": "NVIDIA B200",
+    "0x2941": "NVIDIA GB200",
+    "0x3182": "NVIDIA B300 SXM6 AC",
+    "0x31c2": "NVIDIA GB300",
+    "0x31c3": "NVIDIA GB300",
     "0x26b5": "NVIDIA L40",
     "0x26b9": "NVIDIA L40S",
     "0x27b8": "NVIDIA L4",

@@ -13,9 +13,12 @@ from typing import Any
 
 # The fabric part of the model and the shared vocabulary, also importable from here.
 from netdoctor.inventory.fabric_model import (  # noqa: F401  (re-exported)
+    NVLINK5_ERROR_COUNTERS,
     NVLINK_ERROR_COUNTERS,
+    NVLINK_GENERATIONS,
     AcsControl,
     GpuFabric,
+    GpuPlatform,
     KernelEvent,
     KernelEventKind,
     KernelLog,
@@ -30,6 +33,7 @@ from netdoctor.parsers.fi_info import FiProvider
 from netdoctor.parsers.lldpctl import LldpNeighbor
 from netdoctor.parsers.mlxlink_counters import PhyCounters
 from netdoctor.parsers.nccl_env import NcclSettings
+from netdoctor.parsers.nvidia_imex_ctl import ImexDomain
 from netdoctor.vocabulary import LinkLayer, LinkRate, PhysState, PortState, Topology
 
 
@@ -171,6 +175,10 @@ class Hca:
     # SR-IOV: the physical function's PCI address when this device is a virtual function
     # (a VF's link is the PF's; it is judged through the PF).
     physical_function: str | None = None
+    # A function of the ConnectX-7 "bridge" through which an HGX B200/B300 baseboard's NVSwitches
+    # are managed (PCI VPD `SMDL=SW_MNG`, or a sibling of such a function; netdoctor.inventory.bridge);
+    # False: VPD read, no such mark; None: not known (VPD is root-only).
+    switch_management: bool | None = None
     ports: dict[int, Port] = field(default_factory=dict)
     sources: tuple[str, ...] = ()
 
@@ -250,7 +258,8 @@ class Gpu:
     name: str | None = None           # NVIDIA H100 80GB HBM3
     uuid: str | None = None
     pci_address: str | None = None    # canonical `0000:18:00.0`
-    numa_node: int | None = None
+    numa_node: int | None = None      # the CPU's node the GPU hangs off (PCI function's numa_node; topo -m)
+    memory_numa_node: int | None = None   # Grace (GH200/GB200/GB300): the GPU memory's own node (NVML: 2/10/18/26)
     cpu_affinity: str | None = None   # from nvidia-smi topo, e.g. `0-47,96-143`
     pcie: PcieLink | None = None
     performance_state: int | None = None  # P-state number (0 = max performance, 8 = idle)
@@ -260,6 +269,7 @@ class Gpu:
     dmabuf_supported: bool | None = None
     nvlinks: tuple[NvLink, ...] = ()      # per link (NVML; nvidia-smi nvlink -s where NVML gave none)
     fabric: GpuFabric | None = None
+    platform: GpuPlatform | None = None      # NVML platform info (NVL72 trays); None where the GPU has none
     vbios_version: str | None = None
     virtualization_mode: str | None = None   # none | passthrough | vgpu | host_vgpu | ... (NVML)
     memory: GpuMemoryHealth | None = None
@@ -372,6 +382,7 @@ class Inventory:
     ofed_version: str | None = None            # ofed_info -s: `MLNX_OFED_LINUX-23.10-1.1.9.0`
     rdma_driver_version: str | None = None     # /sys/module/mlx5_core/version (MLNX_OFED's, older kernels)
     fabric_manager_version: str | None = None  # nv-fabricmanager --version: `580.95.05`
+    imex: ImexDomain | None = None             # nvidia-imex-ctl -N: the NVLink domain as this node sees it
     lldp: dict[str, LldpNeighbor] = field(default_factory=dict)   # local netdev -> what lldpd heard there
     # AWS EFA: libfabric's efa provider entries (`fi_info -p efa`; None: not run or failed), its
     # version (`fi_info --version`), the efa module's version (/sys/module/efa/version).

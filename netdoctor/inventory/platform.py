@@ -10,7 +10,16 @@ present (a DGX H100 that lost a GPU is still a DGX H100):
    from the NVIDIA SXM GPUs on the PCI bus — no NVIDIA SXM GPU there, no platform;
 2. the PCI bus: SXM GPUs (full NVML name, or PCI device id where NVML is down) *and* NVSwitches
    on the bus are an HGX 8-GPU baseboard of that generation (4-GPU boards have no NVSwitch);
+   Blackwell's need no NVSwitch on the bus, which they never show (below);
 3. otherwise the platform is unknown, and only the pack's `[inventory]` pins say what to expect.
+
+Blackwell: "In the NVIDIA HGX B300/B200/B100 baseboard PCIe topology, NVSwitches are not recognized
+as PCIe devices on the host system. To manage NVLinks, the NVSwitches are connected to a CX7 Bridge
+device" (NVIDIA Fabric Manager User Guide, "NVIDIA HGX B200/B300 GPU Baseboard"), and the B200 and
+B300 SXM GPUs come only on those 8-GPU baseboards: the GPU alone names HGX_B200_8GPU/HGX_B300_8GPU
+(a DGX B300 too, whose DMI name has not been seen). A Grace Blackwell GPU (`NVIDIA GB200`,
+`NVIDIA GB300`: 4 per NVL72 compute tray, DGX GB200 User Guide "Hardware") names its compute tray,
+whose NVSwitches sit in the rack's switch trays, never on the tray's bus.
 
 What a platform must have (GPUs, NVSwitches, compute NICs) is in the rule packs
 (`[inventory.platforms.ID]` of rules/default.toml), not here: this module only names platforms.
@@ -36,6 +45,14 @@ HGX_OF_SXM: dict[str, str] = {
     "NVIDIA H20": "HGX_H100_8GPU",
     "NVIDIA H200": "HGX_H200_8GPU",
     "NVIDIA B200": "HGX_B200_8GPU",
+    "NVIDIA B300 SXM6 AC": "HGX_B300_8GPU",
+}
+# Baseboards whose NVSwitches are behind the ConnectX-7 bridge, never on the host's PCI bus.
+NVSWITCHES_OFF_BUS = ("HGX_B200_8GPU", "HGX_B300_8GPU")
+# Grace Blackwell GPUs (NVML names) -> the NVL72 compute tray they make (4 GPUs, 2 Grace CPUs).
+TRAY_OF_GPU: dict[str, str] = {
+    "NVIDIA GB200": "GB200_NVL72",
+    "NVIDIA GB300": "GB300_NVL72",
 }
 
 # NVIDIA DGX systems: normalized DMI product_name prefix -> (platform id, its GPUs' NVML names).
@@ -61,7 +78,8 @@ HGX_8GPU_PRODUCTS: tuple[str, ...] = (
 # Findings name a DGX as its firmware does (`DGXH100`); an HGX platform by its baseboard.
 PLATFORM_NAMES = {
     "HGX_A100_8GPU": "HGX A100 8-GPU", "HGX_H100_8GPU": "HGX H100 8-GPU", "HGX_H200_8GPU": "HGX H200 8-GPU",
-    "HGX_B200_8GPU": "HGX B200 8-GPU",
+    "HGX_B200_8GPU": "HGX B200 8-GPU", "HGX_B300_8GPU": "HGX B300 8-GPU",
+    "GB200_NVL72": "GB200 NVL72 compute tray", "GB300_NVL72": "GB300 NVL72 compute tray",
 }
 
 
@@ -96,8 +114,19 @@ def _hgx_of_gpus(inventory: Inventory) -> tuple[str, str] | None:
     return next(iter(platforms.items()))
 
 
+def _tray_of_gpus(inventory: Inventory) -> NodePlatform | None:
+    """A Grace Blackwell NVL72 compute tray, by its GPUs (NVML names or PCI device ids)."""
+    trays = {TRAY_OF_GPU[name]: name for name in gpu_names(inventory) if name in TRAY_OF_GPU}
+    if len(trays) != 1:
+        return None
+    platform, name = next(iter(trays.items()))
+    return NodePlatform(platform, f"{name} GPUs (an NVL72 compute tray: its NVSwitches are in the rack's switch "
+                                  "trays)", (name,))
+
+
 def node_platform(inventory: Inventory) -> NodePlatform | None:
-    """The node's platform by DMI, else by SXM GPUs with NVSwitches on the bus; None: unknown."""
+    """The node's platform by DMI, else by SXM GPUs with NVSwitches on the bus (Blackwell: the GPUs
+    alone), else a Grace Blackwell tray by its GPUs; None: unknown."""
     dmi = inventory.dmi
     product = normalized(dmi.product_name if dmi else None)
     board = normalized(dmi.board_name if dmi else None)
@@ -106,13 +135,16 @@ def node_platform(inventory: Inventory) -> NodePlatform | None:
             return NodePlatform(platform, f"DMI product_name {dmi.product_name!r}" if dmi else "", names)
     hgx = _hgx_of_gpus(inventory)
     if hgx is None:
-        return None
+        return _tray_of_gpus(inventory)
     platform, name = hgx
     for prefix in HGX_8GPU_PRODUCTS:
         for field, value in (("product_name", product), ("board_name", board)):
             if value.startswith(prefix) and dmi is not None:
                 raw = getattr(dmi, field)
                 return NodePlatform(platform, f"DMI {field} {raw!r} (an HGX 8-GPU server) with {name} GPUs", (name,))
+    if platform in NVSWITCHES_OFF_BUS:
+        return NodePlatform(platform, f"{name} GPUs (only on an HGX 8-GPU baseboard, whose NVSwitches are "
+                                      "managed through its ConnectX-7 bridge, not on the PCI bus)", (name,))
     switches = len(inventory.nvswitches or ())
     if switches:
         return NodePlatform(platform, f"{name} GPUs and {switches} NVSwitch{'es' if switches != 1 else ''} on the "

@@ -24,6 +24,13 @@ NEAR_GPU_LEVELS = ("PIX", "PXB")
 MAX_PCI_DEPTH = 64
 
 
+def gpus_attached_by_c2c(inventory: Inventory) -> bool:
+    """Grace (GH200/GB200/GB300): the GPUs are NUMA nodes of their own (`memory_numa_node`) and
+    attach to the CPU over NVLink-C2C, so `nvidia-smi topo -m` prints SYS between every GPU and
+    every NIC by design; the CPU socket (NUMA node) is what places a NIC beside a GPU there."""
+    return any(gpu.memory_numa_node is not None for gpu in inventory.gpus)
+
+
 @dataclass(frozen=True)
 class GpuProximity:
     """Whether an HCA sits next to a GPU, and on what evidence (`basis`, for findings)."""
@@ -53,8 +60,11 @@ def gpu_proximity(inventory: Inventory, hca: Hca) -> GpuProximity:
             if near:
                 return GpuProximity(True, f"{known[near[0]]} to {near[0]} in nvidia-smi topo -m")
             summary = ", ".join(sorted(set(known.values())))
-            return GpuProximity(False, f"no GPU at PIX/PXB in nvidia-smi topo -m (only {summary})")
-        why = f"{hca.name} is not in the nvidia-smi topo -m matrix"
+            if not gpus_attached_by_c2c(inventory):
+                return GpuProximity(False, f"no GPU at PIX/PXB in nvidia-smi topo -m (only {summary})")
+            why = f"Grace GPUs attach over NVLink-C2C, nvidia-smi topo -m shows only {summary} to NICs"
+        else:
+            why = f"{hca.name} is not in the nvidia-smi topo -m matrix"
     if not inventory.gpus:
         return GpuProximity(None, f"no GPUs known and {why}")
     gpu_nodes = {gpu.numa_node for gpu in inventory.gpus if gpu.numa_node is not None}
@@ -83,7 +93,9 @@ def nearest_gpu(inventory: Inventory, hca: Hca) -> tuple[Gpu | None, str]:
                   if (level := topology.link(gpu.label, label)) in TOPO_LEVELS]
         if ranked:
             rank, gpu = min(ranked, key=lambda item: (item[0], item[1].index))
-            return gpu, f"{TOPO_LEVELS[rank]} in nvidia-smi topo -m"
+            # Grace: SYS to every NIC by design (NVLink-C2C); the NUMA node places the NIC instead.
+            if TOPO_LEVELS[rank] != "SYS" or not gpus_attached_by_c2c(inventory):
+                return gpu, f"{TOPO_LEVELS[rank]} in nvidia-smi topo -m"
     if is_efa(hca) and hca.pci_address:
         # nvidia-smi does not show EFA devices: the PCIe tree places them.
         ranked = [(TOPO_LEVELS.index(level), gpu) for gpu in gpus if gpu.pci_address

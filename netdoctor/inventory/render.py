@@ -9,6 +9,7 @@ from typing import Any
 
 from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import FirstHop, Gpu, Inventory, LinkLayer, SourceState
+from netdoctor.inventory.render_domain import nvlink_domain_lines
 from netdoctor.inventory.queries import (
     gpu_fabric_netdevs,
     nccl_traffic_class,
@@ -89,6 +90,29 @@ def _nvlink(gpu: Gpu) -> str:
         if down:
             text += f" down: {','.join(down)}"
     return text
+
+
+def _nvlink5_lines(inventory: Inventory) -> list[str]:
+    """NVLink 5's own counters (NVML): `GPU0 symbol errors 0, effective BER max 1e-15 (18 links)`,
+    one line per GPU whose links carry them, links with symbol errors named."""
+    lines: list[str] = []
+    for gpu in inventory.gpus:
+        links = [link for link in gpu.nvlinks
+                 if link.errors.get("symbol_errors") is not None or link.effective_ber is not None]
+        if not links:
+            continue
+        symbols = {link.link: link.errors.get("symbol_errors") for link in links}
+        known = [value for value in symbols.values() if value is not None]
+        text = f"symbol errors {sum(known)}" if known else "symbol errors -"
+        named = [f"link {link} {value}" for link, value in symbols.items() if value]
+        if named:
+            text += f" ({', '.join(named[:4])}{', ...' if len(named) > 4 else ''})"
+        bers = [(link.effective_ber, link.link) for link in links if link.effective_ber is not None]
+        if bers:
+            worst, at = max(bers)
+            text += f", effective BER max {_ber(worst)}" + (f" (link {at})" if worst else "")
+        lines.append(f"  {gpu.label} NVLink 5 counters: {text} ({len(links)} links)")
+    return lines
 
 
 def _switch(hop: FirstHop | None) -> str:
@@ -281,10 +305,14 @@ def render_inventory_text(inventory: Inventory) -> str:
             pcie = gpu.pcie or inventory.pcie.get(gpu.pci_address or "")
             pstate = f"P{gpu.performance_state}" if gpu.performance_state is not None else "-"
             fabric = gpu.fabric.state if gpu.fabric and gpu.fabric.state else "-"
-            rows.append([gpu.label, _or_dash(gpu.name), _or_dash(gpu.pci_address), _or_dash(gpu.numa_node),
+            # Grace: the CPU's node the GPU hangs off, then the GPU memory's own node (`0 (mem 2)`).
+            numa = _or_dash(gpu.numa_node) + (f" (mem {gpu.memory_numa_node})" if gpu.memory_numa_node is not None else "")
+            rows.append([gpu.label, _or_dash(gpu.name), _or_dash(gpu.pci_address), numa,
                          _or_dash(gpu.cpu_affinity), _pcie(pcie), _nvlink(gpu), fabric, pstate])
         lines += _table(["GPU", "name", "PCI", "NUMA", "CPUs", "PCIe now / max", "NVLink", "fabric", "P-state"], rows)
+        lines += _nvlink5_lines(inventory)
         lines += _fabric_lines(inventory)
+        lines += nvlink_domain_lines(inventory)
     else:
         not_found.append(f"no NVIDIA GPUs ({inventory.source('nvml').reason()})")
 

@@ -58,6 +58,7 @@ PORT_CLASS_FIELDS = {
     "expected_rate_gbps": (int, float),
     "expected_width": int,
     "near_gpu": bool,
+    "switch_management": bool,
 }
 MATCH_FIELDS: dict[str, type | tuple[type, ...]] = {
     "gpu_name": str,
@@ -303,6 +304,7 @@ def _port_classes(table: Any, origin: str) -> list[PortClass]:
             hca_types=tuple(str(item) for item in spec.get("hca_types", [])),
             hca_names=tuple(str(item) for item in spec.get("hca_names", [])),
             near_gpu=spec.get("near_gpu"),
+            switch_management=spec.get("switch_management"),
             description=spec.get("description", ""),
         ))
     return classes

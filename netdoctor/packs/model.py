@@ -41,12 +41,25 @@ class PortClass:
     hca_types: tuple[str, ...] = ()
     hca_names: tuple[str, ...] = ()        # globs, e.g. "mlx5_bond_*"
     near_gpu: bool | None = None           # the HCA sits on a GPU's PCIe switch (PIX/PXB)
+    # The HCA is a function of the ConnectX-7 bridge to an HGX B200/B300 baseboard's NVSwitches
+    # (Hca.switch_management); false also holds where that is not known (no VPD, no inference).
+    switch_management: bool | None = None
     description: str = ""
 
     def matches(self, port: Port, hca: Hca, inventory: Inventory | None = None) -> bool:
         """All given match fields hold. `near_gpu` needs the inventory; where it cannot be told
         (no inventory, no matrix and no NUMA facts) it does not constrain, so the first class in
-        file order (the compute rails, by convention) takes the port and judges it strictly."""
+        file order (the compute rails, by convention) takes the port and judges it strictly.
+
+        A `compute` class that does not ask `switch_management` never takes a port of the
+        NVSwitch bridge: it carries Fabric Manager's and the NVLink subnet manager's traffic at
+        100 Gb/s, never a job's (NVIDIA Fabric Manager User Guide, "NVIDIA HGX B200/B300 GPU
+        Baseboard")."""
+        if self.switch_management is not None:
+            if bool(hca.switch_management) != self.switch_management:
+                return False
+        elif hca.switch_management and self.role == "compute":
+            return False
         if self.link_layer is not None:
             if port.link_layer is None or str(port.link_layer).lower() != self.link_layer.lower():
                 return False
@@ -59,6 +72,12 @@ class PortClass:
             if near is not None and near != self.near_gpu:
                 return False
         return True
+
+
+# The class of a bridge port no class of the pack takes (a pack written before Blackwell).
+SWITCH_MANAGEMENT_CLASS = PortClass(
+    name="nvswitch-management", role="management", switch_management=True,
+    description="the ConnectX-7 bridge to the baseboard's NVSwitches (Fabric Manager and NVLSM): not a rail")
 
 
 def role_of(port_class: PortClass | None) -> str:
@@ -107,9 +126,11 @@ class RulePack:
         return key in self.shadow
 
     def port_class(self, port: Port, hca: Hca, inventory: Inventory | None = None) -> PortClass | None:
-        """The first class (file order) that matches; `inventory` is needed for `near_gpu`."""
-        return next((port_class for port_class in self.port_classes
-                     if port_class.matches(port, hca, inventory)), None)
+        """The first class (file order) that matches; `inventory` is needed for `near_gpu`. A port of
+        the NVSwitch bridge that no class takes is SWITCH_MANAGEMENT_CLASS's, never an unclassed rail."""
+        found = next((port_class for port_class in self.port_classes
+                      if port_class.matches(port, hca, inventory)), None)
+        return SWITCH_MANAGEMENT_CLASS if found is None and hca.switch_management else found
 
     def port_class_ignoring_placement(self, port: Port, hca: Hca) -> PortClass | None:
         """The class the port would get if `near_gpu` were not asked.
@@ -117,8 +138,9 @@ class RulePack:
         Tells a misplaced rail NIC (a compute-class card moved away from its GPU, which
         gpu-nic-affinity must still see and fail) from a storage NIC of another kind.
         """
-        return next((port_class for port_class in self.port_classes
-                     if replace(port_class, near_gpu=None).matches(port, hca)), None)
+        found = next((port_class for port_class in self.port_classes
+                      if replace(port_class, near_gpu=None).matches(port, hca)), None)
+        return SWITCH_MANAGEMENT_CLASS if found is None and hca.switch_management else found
 
     def classified_ports(self, inventory: Inventory) -> list[tuple[Hca, Port, PortClass | None]]:
         """Every RDMA port in natural order (mlx5_2 before mlx5_10) with its port class."""

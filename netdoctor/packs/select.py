@@ -8,6 +8,8 @@ A node keeps its platform's pack when hardware is lost: GPU names come from NVML
 bus (device ids) and from the platform DMI names (netdoctor.inventory.platform); HCA types from
 the RDMA devices and from the ConnectX functions on the PCI bus (with or without `mlx5_ib`);
 the `platforms` and `min_nvswitches` keys ask what the node is, not how many devices it shows.
+The ConnectX-7 bridge to a Blackwell baseboard's NVSwitches (`Hca.switch_management`) is no
+HCA of the node's fabric: it names no HCA type, link layer or fabric port here.
 So a DGX H100 with 7 GPUs, or with its RDMA stack unloaded, still gets `dgx-h100`, whose
 `inventory` check then fails. `min_gpus` counts the GPUs on the bus or in NVML, whichever is
 more (a site pack's form; the bundled packs do not use it).
@@ -45,6 +47,8 @@ def _compute_link_layers(inventory: Inventory, classes: list[PortClass]) -> set[
     """The most common link layer of the ports a pack would class as compute (or leave unclassed)."""
     layers: Counter[str] = Counter()
     for hca in inventory.hcas:
+        if hca.switch_management:
+            continue
         for port in hca.ports.values():
             port_class = next((item for item in classes if item.matches(port, hca, inventory)), None)
             if port_class is not None and port_class.role != "compute":
@@ -72,7 +76,7 @@ def _fabric_ports(match: Mapping[str, Any], inventory: Inventory) -> list[Port]:
     minimum = match.get("min_port_rate_gbps")
     counted: list[Port] = []
     for hca in inventory.hcas:
-        if physical_function(inventory, hca) is not None:
+        if physical_function(inventory, hca) is not None or hca.switch_management:
             continue
         if types is not None and hca.ca_type not in types:
             continue
@@ -101,9 +105,11 @@ def _describe_fabric_filter(match: Mapping[str, Any]) -> str:
 
 
 def _bus_ca_types(inventory: Inventory) -> set[str]:
-    """CA types of the ConnectX functions on the PCI bus, whether or not an RDMA device came of them."""
-    return {ca_type for device, _driver in (inventory.pci_nics or {}).values()
-            if (ca_type := ca_type_of_device(device)) is not None}
+    """CA types of the ConnectX functions on the PCI bus, whether or not an RDMA device came of them
+    (the NVSwitch bridge's functions left out)."""
+    bridge = {hca.pci_address for hca in inventory.hcas if hca.switch_management}
+    return {ca_type for address, (device, _driver) in (inventory.pci_nics or {}).items()
+            if address not in bridge and (ca_type := ca_type_of_device(device)) is not None}
 
 
 def _identity_reasons(match: Mapping[str, Any], inventory: Inventory) -> tuple[bool, list[str]]:
@@ -137,7 +143,7 @@ def match_reasons(data: Mapping[str, Any], classes: list[PortClass], inventory: 
     if not holds:
         return False, held
     if "hca_types" in match:
-        rdma_types = {hca.ca_type for hca in inventory.hcas if hca.ca_type}
+        rdma_types = {hca.ca_type for hca in inventory.hcas if hca.ca_type and not hca.switch_management}
         types = sorted(rdma_types | _bus_ca_types(inventory))
         hit_types = [ca_type for ca_type in types if ca_type in match["hca_types"]]
         if not hit_types:

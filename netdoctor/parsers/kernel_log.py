@@ -8,7 +8,10 @@ and each found line is read for its time and its event:
 * GPU Xid:   `NVRM: Xid (PCI:0000:18:00): 79, pid=1234, name=python, GPU has fallen off the bus.`
              (older drivers: `NVRM: Xid (0000:03:00): 14, Channel 00000001`, NVIDIA's Xid catalog);
              Xid 154 names the driver's recovery action, which `recovery_action` reads:
-             `NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)`
+             `NVRM: Xid (PCI:0009:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)`;
+             Blackwell's NVLink5 Xids (144-150) name the unit, `Fatal` or `Nonfatal`, and the link,
+             which `fatal` and `nvlink5_fault` read (GB200 trays log PCI domains 0008, 0018, ...):
+             `NVRM: Xid (PCI:0018:01:00): 145, pid=876767, name=ray::WorkerDict, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 ...)`
 * driver:    `NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (nixbld@)`
              (proprietary: `NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.120  Fri Sep 13 ...`):
              the driver was (re)loaded; every GPU's earlier events are history
@@ -57,6 +60,11 @@ _JOURNAL_HOST = re.compile(r"\S+ kernel: ")
 _PLAIN = re.compile(r"\[\s*(\d+\.\d+)\] ")
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+)")
 _SXID = re.compile(r"SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)")
+# NVLink5 Xids: `<unit> <Fatal|Nonfatal> XC<n> i<n> Link <nn>` after the Xid number (and any
+# `pid=..., name=...`); the driver pads the unit and the word with spaces (`NETIR_LINK_EVT  Fatal   XC0`).
+# XC is required: it tells the NVLink5 form from other lines with the word (Xid 158 "GPU Fatal Timeout").
+_NVLINK5 = re.compile(r"(?<![\w:])([A-Z][A-Z0-9_]*(?:/[A-Z][A-Z0-9_]*)*) +(Fatal|Nonfatal|Non-fatal) +XC ?\d+\b"
+                      r"(?: +i ?\d+)?(?: +Link +(-?\d+))?")
 _DRIVER = re.compile(r"NVRM: loading NVIDIA UNIX (?:Open Kernel Module for \S+|\S+ Kernel Module) +(\d+(?:\.\d+)+)")
 # Xid 154: "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)" (NVIDIA's Xid
 # catalog); the values are nvmlGpuRecoveryAction_t, named here as NVML (and nvml.json) name them.
@@ -79,7 +87,7 @@ class KernelLogLine:
     time: datetime | None           # ISO lines
     since_boot_s: float | None      # plain dmesg lines
     code: int | None = None         # Xid / SXid number
-    fatal: bool | None = None       # SXid: Fatal vs Non-fatal, as the line says
+    fatal: bool | None = None       # SXid, NVLink5 Xid: Fatal vs Non-fatal/Nonfatal, as the line says
     message: str = ""
 
 
@@ -90,6 +98,15 @@ class RecoveryAction:
     action: str | None              # NVML's name (`gpu_reset`, `node_reboot`, ...); None: a value NVML does not name
     value: int                      # the number logged (`0x2`)
     words: str                      # the driver's own words (`Node Reboot Required`)
+
+
+@dataclass(frozen=True)
+class Nvlink5Fault:
+    """What a Blackwell NVLink5 Xid line (144-150) says: the unit, fatal or not, the link."""
+
+    unit: str                       # `NETIR_LINK_EVT`, `RLW_SRC_TRACK`, ...
+    fatal: bool
+    link: int | None                # `Link 13`; -1 where the driver names no single link; None: not logged
 
 
 @dataclass(frozen=True)
@@ -183,7 +200,9 @@ def _event(head: str, around: str | None) -> KernelLogLine | None:
         address = _pci(match.group(1))
         if address is None:
             return None
-        return KernelLogLine(KernelEventKind.XID, address, moment, since_boot, int(match.group(2)), message=message)
+        fault = nvlink5_fault(body[match.end():])
+        return KernelLogLine(KernelEventKind.XID, address, moment, since_boot, int(match.group(2)),
+                             fault.fatal if fault is not None else None, message)
     if (match := _SXID.search(body)) is not None:
         address = _pci(match.group(1))
         if address is None:
@@ -218,6 +237,16 @@ def recovery_action(message: str) -> RecoveryAction | None:
     if action is None:
         action = _RECOVERY_WORDS.get(words.lower())
     return RecoveryAction(action, value, words)
+
+
+def nvlink5_fault(message: str) -> Nvlink5Fault | None:
+    """The unit, fatality and link an NVLink5 Xid line names; None where the line does not say
+    `Fatal`/`Nonfatal` in the driver's `<unit> <word> XC<n> ...` form."""
+    match = _NVLINK5.search(message)
+    if match is None:
+        return None
+    link = match.group(3)
+    return Nvlink5Fault(match.group(1), match.group(2) == "Fatal", int(link) if link is not None else None)
 
 
 def _pci(text: str) -> str | None:

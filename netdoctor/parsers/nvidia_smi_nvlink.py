@@ -6,7 +6,9 @@ Real output (the device tool's 2x H200, tests/data/corpus/nvidia-smi-nvlink)::
     	 Link 0: 26.562 GB/s
     	 Link 1: <inactive>
 
-A second source for NVLink state and speed where NVML gives no per-link facts.
+NVLink 5.0 links print `Link 0: 53.125 GB/s` (real B300 and GB200 outputs in the same folder),
+A100's the integer form `25 GB/s`. A second source for NVLink state and speed where NVML gives
+no per-link facts.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from netdoctor.errors import NothingToParse, ParseError
 from netdoctor.vocabulary import Topology
@@ -26,15 +26,20 @@ _LABEL = re.compile(r"[A-Za-z][\w.-]*")
 _GPU_LABEL = re.compile(r"GPU\d+")
 _NIC_LEGEND = re.compile(r"^\s*(?P<label>NIC\d+)\s*:\s*(?P<name>\S+)\s*$")
 _CPU_LIST = re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*")
+# The command itself, echoed above the matrix by a paste that dropped the shell prompt.
+_COMMAND_ECHO = re.compile(r"^\s*nvidia-smi\s+topo\b[^\t]*$")
 
 
 @dataclass(frozen=True)
 class TopoMatrix:
-    """The whole `topo -m` table: the Topology plus the `GPU NUMA ID` column (newer drivers;
-    None where printed `N/A` or not printed), which Topology has no field for."""
+    """The whole `topo -m` table: the Topology plus what Topology has no field for: the
+    `GPU NUMA ID` column (newer drivers; None where printed `N/A` or not printed) and every
+    node the `NUMA Affinity` column names (one on x86; on Grace the CPU's node and GPU memory
+    nodes, `0,3-9,11-17`)."""
 
     topology: Topology
     gpu_numa_id: dict[str, int | None]
+    numa_affinity_nodes: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def _split_glued(token: str, vocabulary: re.Pattern[str]) -> list[str] | None:
@@ -77,7 +82,7 @@ def _find_header(source: str, text: str) -> tuple[tuple[int, str], list[str], li
     """((line number, line) of the header, device labels, affinity columns, the lines after it)."""
     lines = list(numbered_lines(text))
     for position, (number, raw) in enumerate(lines):
-        if not raw.strip() or is_prompt_line(raw) or is_elision_line(raw):
+        if not raw.strip() or is_prompt_line(raw) or is_elision_line(raw) or _COMMAND_ECHO.match(raw):
             continue
         parsed = _header_labels(raw)
         if parsed:
@@ -136,7 +141,7 @@ def parse_nvidia_smi_topo_matrix(text: str) -> TopoMatrix:
     width = len(labels)
     links: dict[tuple[str, str], str] = {}
     cpu_affinity: dict[str, str] = {}
-    numa_affinity: dict[str, int | None] = {}
+    numa_nodes: dict[str, tuple[int, ...] | None] = {}
     gpu_numa_id: dict[str, int | None] = {}
     nic_names: dict[str, str] = {}
     rows_seen: list[str] = []
@@ -173,7 +178,7 @@ def parse_nvidia_smi_topo_matrix(text: str) -> TopoMatrix:
             links[(first, column)] = cell
         rows_seen.append(first)
         if trailing:
-            _affinity(first, trailing, affinity_columns, cpu_affinity, numa_affinity, gpu_numa_id, number, raw)
+            _affinity(first, trailing, affinity_columns, cpu_affinity, numa_nodes, gpu_numa_id, number, raw)
     missing = [label for label in labels if label not in rows_seen]
     if missing:
         raise ParseError(SOURCE, f"matrix has no row for {', '.join(missing[:4])} (truncated output?)", *header)
@@ -185,16 +190,51 @@ def parse_nvidia_smi_topo_matrix(text: str) -> TopoMatrix:
             nic_names.setdefault(label, label)
     topology = Topology(
         gpus=gpus, nics=nics, links=links, nic_names=nic_names,
-        cpu_affinity=cpu_affinity, numa_affinity=numa_affinity,
+        cpu_affinity=cpu_affinity, numa_affinity=_cpu_nodes(numa_nodes, gpu_numa_id),
     )
-    return TopoMatrix(topology=topology, gpu_numa_id=gpu_numa_id)
+    listed = {label: nodes for label, nodes in numa_nodes.items() if nodes is not None}
+    return TopoMatrix(topology=topology, gpu_numa_id=gpu_numa_id, numa_affinity_nodes=listed)
+
+
+# Linux's MAX_NUMNODES is 1 << CONFIG_NODES_SHIFT (at most 10): a node number beyond it is no node.
+_MAX_NODES = 1024
+
+
+def _node_list(text: str) -> tuple[int, ...] | None:
+    """`0,3-9,11-17` -> (0, 3, 4, ..., 17); None for a descending range or a node beyond Linux's limit."""
+    nodes: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        low, high = int(first), int(last or first)
+        if low > high or high >= _MAX_NODES:
+            return None
+        nodes.update(range(low, high + 1))
+    return tuple(sorted(nodes))
+
+
+def _cpu_nodes(numa_nodes: dict[str, tuple[int, ...] | None], gpu_numa_id: dict[str, int | None]) -> dict[str, int | None]:
+    """The NUMA node of the CPU each GPU hangs off, from the `NUMA Affinity` column.
+
+    One node (x86): that node. A list (Grace: `0,3-9,11-17`, the CPU's node and GPU memory
+    nodes): the one node below every `GPU NUMA ID` of the matrix (Linux on Grace numbers the
+    CPU sockets' nodes first, GPU memory nodes after them: 0-1, then 2-33 on a GB200 tray).
+    None where the column says N/A, or a list names no single such node (no GPU NUMA IDs).
+    """
+    gpu_nodes = [node for node in gpu_numa_id.values() if node is not None]
+    first_gpu_node = min(gpu_nodes) if gpu_nodes else None
+    result: dict[str, int | None] = {}
+    for label, nodes in numa_nodes.items():
+        if nodes is not None and len(nodes) > 1 and first_gpu_node is not None:
+            nodes = tuple(node for node in nodes if node < first_gpu_node)
+        result[label] = nodes[0] if nodes is not None and len(nodes) == 1 else None
+    return result
 
 
 def _affinity(
     label: str, fields: list[str], columns: list[str], cpu_affinity: dict[str, str],
-    numa_affinity: dict[str, int | None], gpu_numa_id: dict[str, int | None], number: int, raw: str,
+    numa_nodes: dict[str, tuple[int, ...] | None], gpu_numa_id: dict[str, int | None], number: int, raw: str,
 ) -> None:
-    """Trailing fields of a GPU row: CPU list, NUMA node, GPU NUMA ID (each may be N/A)."""
+    """Trailing fields of a GPU row: CPU list, NUMA node(s), GPU NUMA ID (each may be N/A)."""
     if len(fields) > max(len(columns), 1):
         raise ParseError(SOURCE, f"{label}: {len(fields)} trailing fields, header names {len(columns)}", number, raw)
     for column, value in zip(columns or ["CPU Affinity"], fields):
@@ -203,10 +243,16 @@ def _affinity(
                 raise ParseError(SOURCE, f"{label}: CPU affinity {value[:30]!r} is not a CPU list", number, raw)
             cpu_affinity[label] = value
             continue
+        if column == "NUMA Affinity":
+            # One node on x86; Grace lists the CPU's node and GPU memory nodes (`0,3-9,11-17`).
+            nodes = _node_list(value) if value != "N/A" and _CPU_LIST.fullmatch(value) else None
+            if value != "N/A" and nodes is None:
+                raise ParseError(SOURCE, f"{label}: NUMA affinity {value[:30]!r} is not a node list or N/A", number, raw)
+            numa_nodes[label] = nodes
+            continue
         if value != "N/A" and not value.isdigit():
             raise ParseError(SOURCE, f"{label}: {column} {value[:20]!r} is not a number or N/A", number, raw)
-        target = numa_affinity if column == "NUMA Affinity" else gpu_numa_id
-        target[label] = int(value) if value.isdigit() else None
+        gpu_numa_id[label] = int(value) if value.isdigit() else None
 
 
 def parse_nvidia_smi_topo(text: str) -> Topology:

@@ -79,5 +79,10 @@ def parse_perftest_bw(text: str) -> PerftestRun:
     gid = settings.get("GID index")
     qps = settings.get("Number of qps")
     return PerftestRun(test, settings.get("Device"), settings.get("Link type"),
-                       int(gid) if gid and gid.isdigit() else None, int(qps) if qps and qps.isdigit() else None,
+                       _count(gid), _count(qps),
                        tuple(rows))
+
+
+def _count(text: str | None) -> int | None:
+    """ASCII digits only: `str.isdigit` also takes `²`, which int() refuses."""
+    return int(text) if text and text.isascii() and text.isdigit() else None

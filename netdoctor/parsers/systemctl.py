@@ -1,9 +1,10 @@
-"""`systemctl show UNIT -p ActiveState,SubState,Result,NRestarts,ActiveEnterTimestamp` parser.
+"""`systemctl show UNIT -p ActiveState,SubState,Result,NRestarts,ActiveEnterTimestamp,UnitFileState` parser.
 
 systemctl prints `Key=value` lines in its own order, not the order asked. A unit systemd
 does not know still prints `ActiveState=inactive`, `SubState=dead` and an empty timestamp
 (and `NRestarts` only from systemd 235 on): the caller tells "not installed" from "stopped"
-by what it asked for, never by an error here.
+by what it asked for, never by an error here. `UnitFileState` (enabled, disabled, masked, ...;
+empty for a unit that is not installed) was added in netdoctor 0.3: older captures lack it (None).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from netdoctor.errors import ParseError
 from netdoctor.parsers.common import numbered_lines, require_text
 
 SOURCE = "systemctl-show"
-_KEYS = ("ActiveState", "SubState", "Result", "NRestarts", "ActiveEnterTimestamp")
+_KEYS = ("ActiveState", "SubState", "Result", "NRestarts", "ActiveEnterTimestamp", "UnitFileState")
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class UnitState:
     result: str | None
     restarts: int | None
     active_since: datetime | None     # UTC; None when never active (empty timestamp)
+    unit_file_state: str | None = None   # enabled | disabled | masked | ...; None: not installed, or not asked
 
 
 def parse_systemctl_show(text: str) -> UnitState:
@@ -48,6 +50,7 @@ def parse_systemctl_show(text: str) -> UnitState:
         result=values.get("Result") or None,
         restarts=int(restarts) if restarts.isdigit() else None,
         active_since=_timestamp(values.get("ActiveEnterTimestamp", "")),
+        unit_file_state=values.get("UnitFileState") or None,
     )
 
 
