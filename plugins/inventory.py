@@ -26,7 +26,7 @@ from netdoctor.inventory.model import Hca, Inventory, Port, SourceState
 from netdoctor.inventory.platform import NodePlatform, node_platform
 from netdoctor.inventory.queries import NEAR_GPU_LEVELS, pcie_level, physical_function
 from netdoctor.inventory.visibility import hidden_gpus, lost_gpus, nvml_visible
-from netdoctor.packs.model import SWITCH_MANAGEMENT_CLASS, PortClass, role_of
+from netdoctor.packs.model import PortClass, or_bridge_class, role_of
 from netdoctor.util import natural_key
 
 CHECK_ID = "inventory"
@@ -204,9 +204,9 @@ def _near_gpu(node: Inventory, hca: Hca, gpus_wanted: int) -> bool | None:
 
 def _placed_class(ctx: CheckContext, port: Port, hca: Hca, near: bool | None) -> PortClass | None:
     """The pack's class of the port with `near_gpu` asked of `near` (None: not asked)."""
-    found = next((port_class for port_class in ctx.pack.port_classes if port_class.matches(port, hca)
-                  and (port_class.near_gpu is None or near is None or port_class.near_gpu == near)), None)
-    return SWITCH_MANAGEMENT_CLASS if found is None and hca.switch_management else found
+    return or_bridge_class(next((port_class for port_class in ctx.pack.port_classes if port_class.matches(port, hca)
+                                 and (port_class.near_gpu is None or near is None or port_class.near_gpu == near)),
+                                None), hca)
 
 
 def _compute_hcas(ctx: CheckContext, node: Inventory, expected: dict[str, int]) -> list[tuple[Hca, bool | None]]:

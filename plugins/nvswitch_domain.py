@@ -28,10 +28,11 @@ from collections.abc import Iterator
 from netdoctor.checks import CheckContext, Finding
 from netdoctor.inventory.from_fabric_tools import this_imex_node
 from netdoctor.inventory.model import Gpu, GpuFabric
+from netdoctor.inventory.platform import TRAY_OF_GPU
 from netdoctor.parsers.nvidia_imex_ctl import ImexDomain, ImexNode
 from netdoctor.report.model import Status
 
-TRAY_GPU_NAMES = ("NVIDIA GB200", "NVIDIA GB300")
+TRAY_GPU_NAMES = tuple(TRAY_OF_GPU)       # name prefixes of NVL72 tray GPUs
 BOARD_GPU_NAMES = ("NVIDIA B200", "NVIDIA B300")
 NVLINK_VERSION_5 = 7            # nvml.h NVML_NVLINK_VERSION_5_0
 IMEX = "nvidia-imex"

@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from netdoctor.host.nvml_fabric import error_code
 from netdoctor.host.nvml_fabric import fabric as _fabric
 from netdoctor.host.nvml_fabric import platform as _platform
 from netdoctor.host.nvml_health import HEALTH_FIELDS, NvmlCaller, gpu_health
@@ -33,11 +34,6 @@ _NVLINK_ABSENT_ERRORS = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INVALID_ARGUMEN
 DmabufQuery = Callable[[str], bool | None]
 
 
-def _error_code(error: Exception) -> int | None:
-    value = getattr(error, "value", None)
-    return value if isinstance(value, int) else None
-
-
 def _nvlink(nvml: ModuleType, handle: Any, errors: dict[str, str]) -> dict[str, Any]:
     """The GPU's NVLinks in the contract's shape (CONTRACT 6.2): counts, version, per link."""
     absent = {getattr(nvml, name, None) for name in _NVLINK_ABSENT_ERRORS} - {None}
@@ -51,7 +47,7 @@ def _nvlink(nvml: ModuleType, handle: Any, errors: dict[str, str]) -> dict[str, 
         except nvml.NVMLError as error:
             # NOT_SUPPORTED / INVALID_ARGUMENT on an index: that link does not exist on
             # this GPU (PCIe cards have none, H100 SXM has 18, B200 has 18 of 36 indices).
-            if _error_code(error) not in absent:
+            if error_code(error) not in absent:
                 failures.append(f"link {link}: {error}")
             continue
         links.append({"link": link, "state": "active" if state == enabled else "inactive"})
@@ -147,7 +143,7 @@ def _nvlink5_counters(nvml: ModuleType, handle: Any, links: list[int],
         values = list(function(handle, [(field, link) for link in links
                                         for field in (_FI_NVLINK_SYMBOL_ERRORS, _FI_NVLINK_EFFECTIVE_BER)]))
     except nvml.NVMLError as error:
-        if _error_code(error) != getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3):
+        if error_code(error) != getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3):
             errors["nvlink_counters"] = str(error)
         return {}
     except (TypeError, ValueError) as error:

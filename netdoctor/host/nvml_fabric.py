@@ -38,7 +38,8 @@ _FABRIC_CALLS = (   # (function, struct, version constant), the newest first
 _PLATFORM_STRUCTS = (("c_nvmlPlatformInfo_v2_t", "nvmlPlatformInfo_v2"), ("c_nvmlPlatformInfo_v1_t", "nvmlPlatformInfo_v1"))
 
 
-def _code(error: Exception) -> int | None:
+def error_code(error: Exception) -> int | None:
+    """The NVML return code an NVMLError carries (its `value`)."""
     value = getattr(error, "value", None)
     return value if isinstance(value, int) else None
 
@@ -62,9 +63,9 @@ def fabric(nvml: ModuleType, handle: Any, errors: dict[str, str]) -> dict[str, A
         try:
             info = _filled(nvml, function_name, struct_name, version_name, handle)
         except nvml.NVMLError as error:
-            if _code(error) == _VERSION_MISMATCH and version_name is not None:
+            if error_code(error) == _VERSION_MISMATCH and version_name is not None:
                 continue        # a driver older than this struct version: ask with the next one
-            if _code(error) == getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", _NOT_SUPPORTED):
+            if error_code(error) == getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", _NOT_SUPPORTED):
                 return {"state": "not_supported", "status": None, "clique_id": None, "cluster_uuid": None,
                         "health_summary": None, "bandwidth": None}
             errors["fabric"] = str(error)
@@ -86,9 +87,7 @@ def _fabric_entry(info: Any) -> dict[str, Any]:
     # versions declare the state a c_uint): only the low byte is the value.
     state = getattr(info, "state", None)
     state = state & 0xFF if isinstance(state, int) else None
-    # A char array reads back cut at its first NUL: the UUID is read as raw bytes.
-    field = getattr(type(info), "clusterUuid", None)
-    uuid_bytes = ctypes.string_at(ctypes.addressof(info) + field.offset, field.size) if field is not None else b""
+    uuid_bytes = _raw(info, "clusterUuid")      # a char array reads back cut at its first NUL
     mask = getattr(info, "healthMask", None) if "healthMask" in fields else None
     summary = getattr(info, "healthSummary", None) if "healthSummary" in fields else None
     return {"state": FABRIC_STATES.get(state, str(state)) if state is not None else None,
@@ -114,9 +113,9 @@ def platform(nvml: ModuleType, handle: Any, errors: dict[str, str]) -> dict[str,
         try:
             info = _filled(nvml, "nvmlDeviceGetPlatformInfo", struct_name, version_name, handle)
         except nvml.NVMLError as error:
-            if _code(error) == _VERSION_MISMATCH:
+            if error_code(error) == _VERSION_MISMATCH:
                 continue
-            if _code(error) not in quiet:
+            if error_code(error) not in quiet:
                 errors["platform"] = str(error)
             return None
         except (TypeError, ValueError, AttributeError) as error:

@@ -36,6 +36,7 @@ import structlog
 from netdoctor.errors import ParseError
 from netdoctor.inventory.hardware import NVIDIA_GPU_MODELS
 from netdoctor.inventory.model import Hca, Inventory, LinkLayer
+from netdoctor.inventory.platform import NVSWITCH_BRIDGE_GPUS
 from netdoctor.parsers.pci_vpd import parse_pci_vpd
 
 log = structlog.get_logger(__name__)
@@ -43,8 +44,6 @@ log = structlog.get_logger(__name__)
 BRIDGE_CA_TYPE = "MT4129"            # ConnectX-7 (PCI device 0x1021)
 BRIDGE_PCI_DEVICE = "0x1021"
 BRIDGE_FUNCTIONS = 4                 # 2 ports x (FC PF + LPF)
-# GPUs (NVML names) that come only on a baseboard with the bridge.
-BRIDGE_BOARD_GPUS = ("NVIDIA B200", "NVIDIA B300 SXM6 AC")
 
 
 def reads_vpd(hca: Hca) -> bool:
@@ -72,7 +71,7 @@ def _device(address: str | None) -> str | None:
 def _bridge_board(inventory: Inventory) -> bool:
     names = {gpu.name for gpu in inventory.gpus if gpu.name}
     names |= {NVIDIA_GPU_MODELS.get(device, "") for device in (inventory.pci_gpus or {}).values()}
-    return any(name in BRIDGE_BOARD_GPUS for name in names)
+    return any(name in NVSWITCH_BRIDGE_GPUS for name in names)
 
 
 def _candidate(hca: Hca) -> bool:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import types
 from collections.abc import Mapping
 from typing import Any
 
 from netdoctor.inventory.merge import Draft
-from netdoctor.inventory.model import Conflict, Gpu, GpuFabric, GpuPlatform, Inventory
+from netdoctor.inventory.model import Gpu, GpuFabric, GpuPlatform, Inventory
 from netdoctor.parsers.nvidia_imex_ctl import ImexDomain, ImexNode
 from netdoctor.parsers.nvidia_smi_q import SmiGpu, SmiQuery
 
@@ -86,19 +87,13 @@ def _join_fabric(draft: Draft, gpu: Gpu, entry: SmiGpu) -> None:
 
 
 def _combined(draft: Draft, gpu: Gpu, current: Any, facts: dict[str, Any], fact: str, kind: type) -> Any:
-    """`current` with the facts it lacked filled in; a fact both give differently is a conflict."""
+    """`current` with the facts it lacked filled in; a fact both give differently is a conflict
+    (`fabric.clique_id`), by Draft.merge's rule, on a mutable copy of the frozen `current`."""
     if all(value is None for value in facts.values()):
         return current
     if current is None:
         return kind(**facts)
     first = gpu.sources[0] if gpu.sources and gpu.sources[0] != SMI_Q else "nvml"
-    filled: dict[str, Any] = {}
-    for name, value in facts.items():
-        known = getattr(current, name)
-        if known is None:
-            if value is not None:
-                filled[name] = value
-        elif value is not None and value != known:
-            draft.inventory.conflicts.append(Conflict(gpu.label, f"{fact}.{name}", {first: known, SMI_Q: value},
-                                                      chosen=first))
-    return dataclasses.replace(current, **filled) if filled else current
+    known = types.SimpleNamespace(sources=(first,), **{f"{fact}.{name}": getattr(current, name) for name in facts})
+    draft.merge(known, {f"{fact}.{name}": value for name, value in facts.items()}, SMI_Q, gpu.label)
+    return kind(**{name: getattr(known, f"{fact}.{name}") for name in facts})

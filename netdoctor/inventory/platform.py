@@ -49,6 +49,8 @@ HGX_OF_SXM: dict[str, str] = {
 }
 # Baseboards whose NVSwitches are behind the ConnectX-7 bridge, never on the host's PCI bus.
 NVSWITCHES_OFF_BUS = ("HGX_B200_8GPU", "HGX_B300_8GPU")
+# Their GPUs (NVML names): they come only on those baseboards, so they name a node with the bridge.
+NVSWITCH_BRIDGE_GPUS = tuple(name for name, board in HGX_OF_SXM.items() if board in NVSWITCHES_OFF_BUS)
 # Grace Blackwell GPUs (NVML names) -> the NVL72 compute tray they make (4 GPUs, 2 Grace CPUs).
 TRAY_OF_GPU: dict[str, str] = {
     "NVIDIA GB200": "GB200_NVL72",

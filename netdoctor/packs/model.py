@@ -80,6 +80,11 @@ SWITCH_MANAGEMENT_CLASS = PortClass(
     description="the ConnectX-7 bridge to the baseboard's NVSwitches (Fabric Manager and NVLSM): not a rail")
 
 
+def or_bridge_class(found: PortClass | None, hca: Hca) -> PortClass | None:
+    """`found`, else SWITCH_MANAGEMENT_CLASS for a port of the NVSwitch bridge: never an unclassed rail."""
+    return SWITCH_MANAGEMENT_CLASS if found is None and hca.switch_management else found
+
+
 def role_of(port_class: PortClass | None) -> str:
     """A port no class matches is a compute port (the doc's rule: judged strictly)."""
     return port_class.role if port_class is not None else "compute"
@@ -128,9 +133,8 @@ class RulePack:
     def port_class(self, port: Port, hca: Hca, inventory: Inventory | None = None) -> PortClass | None:
         """The first class (file order) that matches; `inventory` is needed for `near_gpu`. A port of
         the NVSwitch bridge that no class takes is SWITCH_MANAGEMENT_CLASS's, never an unclassed rail."""
-        found = next((port_class for port_class in self.port_classes
-                      if port_class.matches(port, hca, inventory)), None)
-        return SWITCH_MANAGEMENT_CLASS if found is None and hca.switch_management else found
+        return or_bridge_class(next((port_class for port_class in self.port_classes
+                                     if port_class.matches(port, hca, inventory)), None), hca)
 
     def port_class_ignoring_placement(self, port: Port, hca: Hca) -> PortClass | None:
         """The class the port would get if `near_gpu` were not asked.
@@ -138,9 +142,8 @@ class RulePack:
         Tells a misplaced rail NIC (a compute-class card moved away from its GPU, which
         gpu-nic-affinity must still see and fail) from a storage NIC of another kind.
         """
-        found = next((port_class for port_class in self.port_classes
-                      if replace(port_class, near_gpu=None).matches(port, hca)), None)
-        return SWITCH_MANAGEMENT_CLASS if found is None and hca.switch_management else found
+        return or_bridge_class(next((port_class for port_class in self.port_classes
+                                     if replace(port_class, near_gpu=None).matches(port, hca)), None), hca)
 
     def classified_ports(self, inventory: Inventory) -> list[tuple[Hca, Port, PortClass | None]]:
         """Every RDMA port in natural order (mlx5_2 before mlx5_10) with its port class."""

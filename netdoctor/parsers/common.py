@@ -149,6 +149,11 @@ def parse_decimal(source: str, value: str, line_number: int = 0, line: str = "")
     return int(stripped)
 
 
+def decimal_or_none(value: str | None, max_digits: int = 20) -> int | None:
+    """ASCII decimal digits as an int, else None (`str.isdigit` also takes `²`, which int() refuses)."""
+    return int(value) if value and len(value) <= max_digits and re.fullmatch(r"[0-9]+", value) else None
+
+
 def parse_hex(source: str, value: str, line_number: int = 0, line: str = "") -> int:
     stripped = value.strip()
     if not re.fullmatch(r"0[xX][0-9a-fA-F]{1,32}", stripped):

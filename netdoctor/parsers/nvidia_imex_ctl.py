@@ -44,7 +44,7 @@ import re
 from dataclasses import dataclass, field
 
 from netdoctor.errors import ParseError
-from netdoctor.parsers.common import numbered_lines, require_text, screen_tool_errors
+from netdoctor.parsers.common import decimal_or_none, numbered_lines, require_text, screen_tool_errors
 
 SOURCE = "nvidia-imex-ctl -N"
 _LEGEND = "Connectivity Table Legend:"
@@ -170,6 +170,7 @@ def _node(index: int, local: bool, rest: str, number: int, line: str) -> ImexNod
 
 def _indices(text: str, number: int, line: str) -> list[int]:
     tokens = text.split()
-    if not tokens or not all(token.isdigit() and len(token) <= 6 for token in tokens):
+    indices = [decimal_or_none(token, max_digits=6) for token in tokens]
+    if not indices or None in indices:
         raise ParseError(SOURCE, "the matrix header must list node numbers", number, line)
-    return [int(token) for token in tokens]
+    return [index for index in indices if index is not None]

@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 
 from netdoctor.errors import ParseError
-from netdoctor.parsers.common import numbered_lines, require_text, screen_tool_errors
+from netdoctor.parsers.common import decimal_or_none, numbered_lines, require_text, screen_tool_errors
 from netdoctor.util import canonical_pci_address
 from netdoctor.vocabulary import RECOVERY_ACTIONS
 
@@ -213,8 +213,7 @@ def _word(value: str | None, words: dict[str, str]) -> str | None:
 
 
 def _integer(value: str | None) -> int | None:
-    value = _given(value)
-    return int(value) if value is not None and value.isdigit() and len(value) <= 12 else None
+    return decimal_or_none(_given(value), max_digits=12)
 
 
 def _boolean(value: str | None) -> bool | None:

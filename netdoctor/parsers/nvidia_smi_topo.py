@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from netdoctor.errors import NothingToParse, ParseError
 from netdoctor.vocabulary import Topology
 from netdoctor.parsers.common import (
+    decimal_or_none,
     is_elision_line,
     is_prompt_line,
     numbered_lines,
@@ -252,7 +253,7 @@ def _affinity(
             continue
         if value != "N/A" and not value.isdigit():
             raise ParseError(SOURCE, f"{label}: {column} {value[:20]!r} is not a number or N/A", number, raw)
-        gpu_numa_id[label] = int(value) if value.isdigit() else None
+        gpu_numa_id[label] = decimal_or_none(value)
 
 
 def parse_nvidia_smi_topo(text: str) -> Topology:

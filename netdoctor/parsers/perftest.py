@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
+from netdoctor.parsers.common import decimal_or_none
 
 _HEADER = re.compile(r"^\s*#bytes\s+#iterations\s+BW peak\[(Gb|MB|MiB)/sec\]\s+BW average\[(?:Gb|MB|MiB)/sec\]")
 _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)(?:\s+(\d+(?:\.\d+)?))?\s*$")
@@ -79,10 +80,5 @@ def parse_perftest_bw(text: str) -> PerftestRun:
     gid = settings.get("GID index")
     qps = settings.get("Number of qps")
     return PerftestRun(test, settings.get("Device"), settings.get("Link type"),
-                       _count(gid), _count(qps),
+                       decimal_or_none(gid), decimal_or_none(qps),
                        tuple(rows))
-
-
-def _count(text: str | None) -> int | None:
-    """ASCII digits only: `str.isdigit` also takes `²`, which int() refuses."""
-    return int(text) if text and text.isascii() and text.isdigit() else None
