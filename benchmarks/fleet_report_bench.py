@@ -1,21 +1,23 @@
-"""Benchmark `netdoctor fleet report` over 10,000 synthetic node reports.
+"""Benchmark `netdoctor fleet report` over 10,000 synthetic nodes: before/after in one run.
 
-Writes four inputs (`write_inputs`), runs the real CLI
-(`python -m netdoctor.fleet report ... --format json`) on each in a child process, and
-records wall time (median of --repeat runs, 5 by default) and the child's peak RSS. Usage:
+Two fleets, each written in the four input forms (`write_inputs`): honest nodes shaped like a
+DGX H100's report, and nodes each at the per-node bounds of what the fleet keeps (`at_limits`).
+Each input goes to the real CLI (`fleet report FILE --format json`) in a child process, the
+old code (`--tree DIR` or `--rev REV`, put first on sys.path without the editable finder) and
+this tree taking turns, and the child's wall time, CPU time (user + system) and peak RSS
+(VmHWM) are recorded: median wall of --repeat runs (3; --limits-repeat 1 for the nodes at the
+limits), best CPU, largest RSS. `--decoders` adds this tree with the standard library's json
+alone (msgspec turned off), so the decoder's share shows in the same run. Usage:
 
-    python benchmarks/fleet_report_bench.py [--nodes 10000] [--repeat 5] [--work DIR]
-        [--tree DIR | --rev REV] [--label before] [--flood-mib 1024]
+    python benchmarks/fleet_report_bench.py --tree /work/before --work /tmp/fbench [--decoders]
+        [--nodes 10000] [--limits-nodes 10000] [--repeat 3] [--limits-repeat 1] [--only honest|limits]
 
 With --work DIR the inputs are kept there and reused when already written for as many nodes.
-`--tree DIR` runs the `netdoctor` package found in DIR instead of the installed one, `--rev
-REV` that of a git revision (before/after). `--flood-mib N`
-(0: skip) also streams N MiB of one node's output to `fleet report -`, once as a single
-line and once as many short lines, with two healthy nodes, and records the peak RSS.
-
-`--rails-nodes N` instead times rail wiring alone (`find_rails`, CPU time of a child, best and
-median of --repeat) over N synthetic nodes in three shapes, for the `--rev`/`--tree` packages
-(before) and the installed ones (after) in one run:
+Without --tree/--rev only this tree runs. `--flood-mib N` instead streams N MiB of one node's
+output to `fleet report -` (once as a single line, once as many short lines) beside two healthy
+nodes, and records the peak RSS. `--rails-nodes N` instead times rail wiring alone
+(`find_rails`, CPU time of a child, best and median of --repeat) over N synthetic nodes in
+three shapes, for the `--rev`/`--tree` packages (before) and this tree (after):
 
     python benchmarks/fleet_report_bench.py --rails-nodes 10000 --rev HEAD
 """
@@ -29,6 +31,7 @@ import os
 import platform
 import statistics
 import random
+import resource
 import subprocess
 import sys
 import tempfile
@@ -94,27 +97,42 @@ def synthetic_report(index: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
-def write_inputs(work: Path, nodes: int) -> dict[str, Path]:
-    """The inputs: pdsh output as `check --format json` prints it (short lines), as one
-    line per node, pretty-printed (0.1's form, and what a terminal shows), and a directory
-    of report files as `check --format json -o` writes them."""
+def at_limits(index: int, rng: random.Random) -> dict[str, Any]:
+    """A report at the per-node bounds of what the fleet keeps (netdoctor.fleet.model, .kept):
+    150-200 check ids of 64 characters no other node has (200 is the bound), each warn, fail
+    or unknown; the 32 findings kept, each with a 128-character subject and a 200-character
+    summary; a 500-character `host` (an alias beside the sender's name). Nodes differ in their
+    count of checks, so that the report's memory budget keeps the lighter ones."""
+    tag = f"{index:05d}"
+    checks = [f"check-{number:03d}-{tag}-".ljust(64, "x") for number in range(150 + index * 7919 % 51)]
+    statuses = ("warn", "fail", "unknown")
+    return {"schema": "netdoctor.report/1", "host": f"node{tag}.".ljust(500, "a"), "grade": "fail",
+            "checks": [{"check": check, "status": statuses[number % 3]} for number, check in enumerate(checks)],
+            "findings": [{"check": checks[number], "status": statuses[number % 3], "subject": f"{number}-{tag}-".ljust(128, "s"),
+                          "summary": f"{number} {tag} ".ljust(200, "y")} for number in range(32)]}
+
+
+def write_inputs(work: Path, nodes: int, make: Any = synthetic_report, name: str = "") -> dict[str, Path]:
+    """The inputs of `make`'s nodes: pdsh output as `check --format json` prints it (short
+    lines), as one line per node, pretty-printed (0.1's form, and what a terminal shows), and a
+    directory of report files as `check --format json -o` writes them."""
     from netdoctor.report.json_report import short_lines
 
     rng = random.Random(20261121)
-    paths = {"pdsh, as `check --format json` prints": work / "sweep-short-lines.out",
-             "pdsh, one JSON line per node": work / "sweep-compact.out",
-             "pdsh, pretty-printed JSON (indent 2)": work / "sweep-pretty.out"}
-    directory = work / "reports-short-lines"
+    paths = {"pdsh, as `check --format json` prints": work / f"sweep{name}-short-lines.out",
+             "pdsh, one JSON line per node": work / f"sweep{name}-compact.out",
+             "pdsh, pretty-printed JSON (indent 2)": work / f"sweep{name}-pretty.out"}
+    directory = work / f"reports{name}-short-lines"
     inputs = {**paths, "directory of report files": directory}
-    marker = work / f".written-{nodes}-v3"
+    marker = work / f".written{name}-{nodes}-v3"
     if marker.exists():
         return inputs
     directory.mkdir(exist_ok=True)
     with contextlib.ExitStack() as stack:
         short, compact, pretty = (stack.enter_context(path.open("w")) for path in paths.values())
         for index in range(1, nodes + 1):
-            report = synthetic_report(index, rng)
-            host = report["host"]
+            report = make(index, rng)
+            host = f"node{index:05d}"
             text = short_lines(report)
             short.write("".join(f"{host}: {line}\n" for line in text.splitlines()))
             compact.write(f"{host}: {json.dumps(report)}\n")
@@ -136,36 +154,69 @@ _PEAK_RSS = (
 )
 
 
-def _prelude(tree: Path | None) -> str:
-    """Imports the fleet CLI from `tree` (dropping the editable install's finder) or as installed."""
-    if tree is None:
-        return _PEAK_RSS + "import sys\n"
-    return (_PEAK_RSS + "import sys\n"
-            "sys.meta_path[:] = [finder for finder in sys.meta_path if 'editable' not in repr(finder)]\n"
-            f"sys.path.insert(0, {str(tree)!r})\n")
+def _prelude(tree: Path | None, stdlib_json: bool = False) -> str:
+    """Imports the fleet CLI from `tree` (dropping the editable install's finder) or as installed;
+    `stdlib_json`: this tree with msgspec turned off (netdoctor.fleet.bounded)."""
+    code = _PEAK_RSS + "import sys\n"
+    if tree is not None:
+        code += ("sys.meta_path[:] = [finder for finder in sys.meta_path if 'editable' not in repr(finder)]\n"
+                 f"sys.path.insert(0, {str(tree)!r})\n")
+    if stdlib_json:
+        code += "import netdoctor.fleet.bounded as bounded\nbounded.use_fast_decoder(False)\n"
+    return code
 
 
-def _child(tree: Path | None, *args: str) -> list[str]:
-    code = (_prelude(tree) + "from netdoctor.fleet.cli import main\ncode=main(sys.argv[1:])\n"
+def _child(tree: Path | None, *args: str, stdlib_json: bool = False) -> list[str]:
+    code = (_prelude(tree, stdlib_json) + "from netdoctor.fleet.cli import main\ncode=main(sys.argv[1:])\n"
             "sys.stderr.write('PEAK_RSS_KIB %d\\n' % peak_rss_kib())\nsys.exit(code)")
     return [sys.executable, "-c", code, *args]
 
 
-def run_once(path: Path, repo: Path, tree: Path | None = None) -> tuple[float, float, dict[str, Any]]:
-    """Wall seconds, child peak RSS in MiB, and the fleet report's counts and outliers, for one CLI run."""
+def run_once(path: Path, repo: Path, tree: Path | None = None, stdlib_json: bool = False) -> tuple[float, float, float, dict[str, Any]]:
+    """Wall seconds, CPU seconds, child peak RSS in MiB, and what the fleet report says (counts,
+    outliers, drift, odd leaves, nodes dropped as too large), for one CLI run."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(_child(tree, "report", str(path), "--format", "json"),
-                          capture_output=True, text=True, cwd=repo, timeout=600)
-    wall = time.perf_counter() - started
-    if done.returncode not in (0, 1, 2):
-        raise SystemExit(f"fleet report failed ({done.returncode}): {done.stderr}")
+    with tempfile.TemporaryFile() as stdout:
+        done = subprocess.run(_child(tree, "report", str(path), "--format", "json", stdlib_json=stdlib_json),
+                              stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=repo, timeout=1200)
+        wall = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if done.returncode not in (0, 1, 2):
+            raise SystemExit(f"fleet report failed ({done.returncode}): {done.stderr[-2000:]}")
+        stdout.seek(0)
+        report = json.load(stdout)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     rss_kib = int(done.stderr.rsplit("PEAK_RSS_KIB ", 1)[1].split()[0])
-    report = json.loads(done.stdout)
     drift = [entry for entry in report.get("drift", []) if entry["minority"]]
-    return wall, rss_kib / 1024, {"counts": report["counts"], "outliers": len(report["outliers"]),
-                                  "nodes": len(report["nodes"]),
-                                  "drift": {entry["what"]: sum(map(len, entry["minority"].values())) for entry in drift},
-                                  "odd_leaves": [entry["leaf"] for entry in report.get("rails", []) if entry["odd"]]}
+    too_large = sum(1 for node in report["nodes"] if (node.get("top") or {}).get("summary", "").startswith("too large"))
+    return wall, cpu, rss_kib / 1024, {
+        "counts": report["counts"], "outliers": len(report["outliers"]), "nodes": len(report["nodes"]),
+        "drift": {entry["what"]: sum(map(len, entry["minority"].values())) for entry in drift},
+        "odd_leaves": [entry["leaf"] for entry in report.get("rails", []) if entry["odd"]], "too_large": too_large}
+
+
+def compare(inputs: dict[str, Path], repo: Path, variants: dict[str, tuple[Path | None, bool]], repeat: int,
+            nodes: int) -> None:
+    """One table row per input: each variant's median wall, best CPU and peak RSS, the variants
+    taking turns run by run (a load that comes and goes weighs on each alike)."""
+    print("| input | size | " + " | ".join(f"{label}: wall / CPU / peak RSS" for label in variants) + " |")
+    print("|---|---|" + "---|" * len(variants))
+    for label, path in inputs.items():
+        size = sum(entry.stat().st_size for entry in path.iterdir()) if path.is_dir() else path.stat().st_size
+        runs: dict[str, list[tuple[float, float, float, dict[str, Any]]]] = {variant: [] for variant in variants}
+        for _ in range(repeat):
+            for variant, (tree, stdlib_json) in variants.items():
+                runs[variant].append(run_once(path, repo, tree, stdlib_json))
+        cells = []
+        for variant, done in runs.items():
+            said = done[0][3]
+            if said["nodes"] != nodes:
+                raise SystemExit(f"{label}, {variant}: {said['nodes']} nodes in the fleet report, expected {nodes}")
+            cells.append(f"{statistics.median(run[0] for run in done):.2f} s / {min(run[1] for run in done):.2f} s / "
+                         f"{max(run[2] for run in done):.0f} MiB")
+            print(f"  [{label}, {variant}] walls {', '.join(f'{run[0]:.2f}' for run in done)}; {said}", file=sys.stderr)
+        print(f"| {label} | {size / 2**20:.0f} MiB | " + " | ".join(cells) + " |", flush=True)
 
 
 def flood_once(repo: Path, tree: Path | None, mib: int, one_line: bool) -> str:
@@ -252,53 +303,52 @@ def rails_bench(repo: Path, trees: dict[str, Path | None], count: int, repeat: i
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--limits-nodes", type=int, default=10_000)
     parser.add_argument("--work", type=Path, default=None)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--tree", type=Path, default=None, help="run the netdoctor package found in this directory")
-    parser.add_argument("--rev", default=None, help="run this git revision's packages (laid out by fixture_reports.tree_of)")
-    parser.add_argument("--label", default="this tree")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--limits-repeat", type=int, default=1)
+    parser.add_argument("--only", choices=("honest", "limits"), default=None)
+    parser.add_argument("--tree", type=Path, default=None, help="the old code: the netdoctor package found in this directory")
+    parser.add_argument("--rev", default=None, help="the old code: this git revision's packages (fixture_reports.tree_of)")
+    parser.add_argument("--label", default="before")
+    parser.add_argument("--decoders", action="store_true", help="also this tree with the standard library's json alone")
     parser.add_argument("--flood-mib", type=int, default=0)
     parser.add_argument("--rails-nodes", type=int, default=0, help="time rail wiring alone over this many nodes")
     arguments = parser.parse_args()
     repo = Path(__file__).resolve().parent.parent
+    print(f"{platform.python_implementation()} {platform.python_version()} ({sys.executable}), {os.cpu_count()} CPUs, "
+          f"load average {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
     with tempfile.TemporaryDirectory() as scratch:
         if arguments.rev:
             arguments.tree = tree_of(arguments.rev, Path(scratch) / "tree")
-            arguments.label = arguments.rev if arguments.label == "this tree" else arguments.label
         if arguments.rails_nodes:
-            print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
-                  f"load average {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
             trees = {arguments.label: arguments.tree, "this tree": None} if arguments.tree else {"this tree": None}
             rails_bench(repo, trees, arguments.rails_nodes, arguments.repeat)
             return
-        work = arguments.work or Path(scratch)
-        work.mkdir(parents=True, exist_ok=True)
-        inputs = write_inputs(work, arguments.nodes)
-        baseline = subprocess.run(
-            [sys.executable, "-c", _prelude(arguments.tree) + "import netdoctor.fleet.cli\nprint(peak_rss_kib())"],
-            capture_output=True, text=True, cwd=repo, check=True)
-        print(f"[{arguments.label}] netdoctor from {arguments.tree or 'the installed tree'}")
-        print(f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
-              f"load average {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
-        print(f"python + netdoctor.fleet import alone: peak RSS {int(baseline.stdout) / 1024:.1f} MiB")
-        for label, path in inputs.items():
-            size = sum(p.stat().st_size for p in path.iterdir()) if path.is_dir() else path.stat().st_size
-            runs = [run_once(path, repo, arguments.tree) for _ in range(arguments.repeat)]
-            median = statistics.median(run[0] for run in runs)
-            rss = max(run[1] for run in runs)
-            report = runs[0][2]
-            print(f"{label}: {arguments.nodes} nodes, {size / 2**20:.0f} MiB input: median wall {median:.2f} s "
-                  f"(runs {', '.join(f'{run[0]:.2f}' for run in runs)}), peak RSS {rss:.1f} MiB "
-                  f"(runs {', '.join(f'{run[1]:.0f}' for run in runs)}), "
-                  f"counts {report['counts']}, outliers {report['outliers']}, drift {report['drift']}, "
-                  f"odd leaves {report['odd_leaves']}")
-            if report["nodes"] != arguments.nodes:
-                raise SystemExit(f"{label}: {report['nodes']} nodes in the fleet report, expected {arguments.nodes}")
         if arguments.flood_mib:
             for one_line in (True, False):
                 shape = "one line" if one_line else "short lines of an open JSON object"
                 print(f"one node sends {arguments.flood_mib} MiB as {shape}: "
                       f"{flood_once(repo, arguments.tree, arguments.flood_mib, one_line)}", flush=True)
+            return
+        work = arguments.work or Path(scratch)
+        work.mkdir(parents=True, exist_ok=True)
+        variants: dict[str, tuple[Path | None, bool]] = {arguments.label: (arguments.tree, False)} if arguments.tree else {}
+        variants["after"] = (None, False)
+        if arguments.decoders:
+            variants["after, json alone"] = (None, True)
+        from netdoctor.fleet.bounded import FAST_DECODER
+        print(f"old code: {arguments.tree or 'none'}; this tree's fast JSON decoder: {FAST_DECODER or 'none'}")
+        if arguments.only != "limits":
+            print(f"\n{arguments.nodes:,} honest nodes (--repeat {arguments.repeat}):\n")
+            compare(write_inputs(work, arguments.nodes), repo, variants, arguments.repeat, arguments.nodes)
+        if arguments.only != "honest":
+            print(f"\n{arguments.limits_nodes:,} nodes at the per-node limits (--limits-repeat {arguments.limits_repeat}):\n")
+            # (json alone against msgspec is shown on the honest fleet: here it would only add minutes.)
+            compare(write_inputs(work, arguments.limits_nodes, at_limits, "-limits"), repo,
+                    {label: variant for label, variant in variants.items() if not variant[1]},
+                    arguments.limits_repeat, arguments.limits_nodes)
+        print(f"\nload average at the end {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
 
 
 if __name__ == "__main__":

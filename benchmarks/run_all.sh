@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 mkdir -p benchmarks/results
 status=0
 python3 benchmarks/check_bench.py --runs 20 --label after --markdown benchmarks/results/check.md || status=1
+# Start-up of --version, checks and a snapshot check: the code before issue 24 and this tree, in one run.
+python3 benchmarks/startup_bench.py --runs 21 --markdown benchmarks/results/startup.md || status=1
 python3 benchmarks/discovery_bench.py --runs 10 --markdown benchmarks/results/discovery.md || status=1
 python3 benchmarks/iblinkinfo_bench.py --runs 7 --markdown benchmarks/results/iblinkinfo.md || status=1
 python3 benchmarks/kernel_log_bench.py || status=1

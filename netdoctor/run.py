@@ -5,9 +5,10 @@ Everything runs against one wall-clock deadline (`--deadline`, default 10 s, 20 
 the NCCL probe runs). Discovery and the probe run in daemon threads that the main
 thread stops waiting for at their share of the budget, so the report always comes by
 the deadline (plus a fraction of a second), even when a tool, NVML or a plugin hangs.
-`netdoctor probe` is the same pipeline with only the probe checks selected and the
-probe's own request (`--gpus`, `--engine`, `--budget`: the probe gets the whole budget
-after discovery).
+On a live node with GPUs the all-reduce starts once NVML is read and runs beside the rest
+of discovery (netdoctor.traffic.early_allreduce). `netdoctor probe` is the same pipeline with only
+the probe checks selected and the probe's own request (`--gpus`, `--engine`, `--budget`:
+the probe gets the whole budget).
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
-import structlog
-
 from netdoctor import __version__
 from netdoctor.checks.api import Check, CounterHistory
 from netdoctor.checks.engine import run_checks, select_checks
+from netdoctor.checks.metrics import node_metrics
 from netdoctor.checks.registry import Registry, load_registry, third_party_configured
 from netdoctor.errors import NetdoctorError, UsageError
 from netdoctor.host.trust import trusted_override
@@ -32,12 +32,13 @@ from netdoctor.host.types import NodeSource
 from netdoctor.inventory.model import Inventory, SourceState
 from netdoctor.inventory.plan import report_only
 from netdoctor.inventory.queries import neighbors, versions
+from netdoctor.logging import get_logger
 from netdoctor.probe.result import MIN_PROBE_BUDGET_S
-from netdoctor.traffic import fabric_summary, not_run, probe_checks, run_allreduce, run_nic_loopback
+from netdoctor.traffic import early_allreduce, fabric_summary, not_run, probe_checks, run_allreduce, run_nic_loopback
 from netdoctor.report.model import Finding, Grade, Report, Status, grade_of
 from netdoctor.util import DeadlineExceeded, call_with_deadline, utc_now_iso
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_STATE_PATH = Path("/var/lib/netdoctor/state.json")
 # The id of the finding that says why a run has no counter history (not a check, like `plugins`).
@@ -211,7 +212,12 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
 
     opened = contextlib.nullcontext(source) if source is not None else open_source(
         options.snapshot, tool_timeout_s=min(TOOL_TIMEOUT_S, max(0.5, discovery_s)))
-    with opened as node:
+    # A live all-reduce starts now (once NVML is read) and runs beside discovery, within its own
+    # share: the whole probe budget, or half of what the traffic steps get when the loopback follows.
+    allreduce_s = options.probe_budget_s if options.probe_budget_s is not None else \
+        (deadline - reserve_s - time.monotonic()) / (2 if wants_loopback else 1)
+    with opened as node, early_allreduce(node, wanted=wants_allreduce, budget_s=allreduce_s,
+                                         gpus=options.probe_gpus, engine=options.probe_engine) as early:
         try:
             inventory = discover(node, deadline=discovery_deadline, fabric_scan=options.fabric_scan,
                                  needs=discovery_needs(selected, options.rules),
@@ -239,7 +245,7 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
             probe_for_checks, probe_report = run_allreduce(
                 inventory, allreduce_deadline, budget_s=options.probe_budget_s, gpus=options.probe_gpus,
                 engine=options.probe_engine, pass_fraction=float(pack.section("nccl-probe")["pass_fraction"]),
-                debug=options.debug)
+                debug=options.debug, early=early)
         loopback = not_run(options.no_probe, wants_loopback, node.is_snapshot) or run_nic_loopback(
             inventory, pack, probe_deadline, env=None, tool_path=getattr(node, "path_env", None), debug=options.debug)
         findings, outcomes = run_checks(inventory, pack, registry, only=only, skip=options.skip,
@@ -249,6 +255,10 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
     # `netdoctor probe`: whatever the pack requires, the probe's `unknown` (nothing measured)
     # is the command's answer, exit 3, not a pass.
     required = pack.required | (frozenset(only) if options.probe_only else frozenset())
+    if options.baseline is not None:
+        # Growth against this baseline was asked for by name: one it cannot use (another
+        # host, another boot) leaves the run unable to say what was asked, not a pass.
+        required |= {COUNTER_HISTORY}
     if options.probe_only:
         outcomes = [replace(outcome, required=True) if outcome.check in only else outcome for outcome in outcomes]
     return Report(
@@ -268,6 +278,7 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
                           net_plugin=getattr(probe_for_checks, "net_plugin", None)),
         neighbors=neighbors(inventory),
         fabric=fabric_summary(inventory, pack),
+        metrics=node_metrics(inventory, history),
     )
 
 

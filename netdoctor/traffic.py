@@ -6,19 +6,25 @@ Their processes run through netdoctor.host.runner; a step that hangs is given up
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from netdoctor.checks.registry import Registry
 from netdoctor.errors import UsageError
+from netdoctor.host.types import NodeSource
+from netdoctor.host.visibility import bound_gpu_count
 from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import Gpu, Hca, Inventory, Port
 from netdoctor.inventory.queries import gpu_fabric_netdevs, nearest_gpu
 from netdoctor.packs.model import RulePack
-from netdoctor.probe.result import ProbeNotRun, ProbeRequest, ProbeResult
+from netdoctor.probe.result import MIN_PROBE_BUDGET_S, LaterFacts, ProbeNotRun, ProbeRequest, ProbeResult
 from netdoctor.util import DeadlineExceeded, call_with_deadline
+
 
 def probe_checks(registry: Registry) -> tuple[str, ...]:
     """The checks `netdoctor probe` runs: those judging the all-reduce (need "probe")."""
@@ -33,17 +39,102 @@ def not_run(no_probe: bool, wanted: bool, is_snapshot: bool) -> ProbeNotRun | No
     return None
 
 
+class EarlyAllReduce:
+    """The all-reduce started before discovery (`early_allreduce`), taken up by `run_allreduce`.
+
+    Once NVML is read (`before`), its worker loads CUDA and NCCL and measures while the rest
+    of discovery runs (benchmarks/results/probe-speed.md); what only discovery and the pack
+    know (the GPUs' links, the pass fraction) reaches it through `later`.
+    """
+
+    def __init__(self, request: ProbeRequest, before: Callable[[], object]) -> None:
+        assert request.later is not None
+        self.request, self.later, self._before = request, request.later, before
+        self.started = time.monotonic()
+        self.deadline = self.started + request.budget_s
+        self._box: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._run, name="nccl-probe", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from netdoctor.probe import run_probe
+
+        try:
+            with contextlib.suppress(Exception):    # discovery reports NVML's own failure
+                self._before()
+            if self.later.wait(0.0) is None:
+                return                               # cancelled while NVML was read
+            # The probe's own budget ends where this one does: NVML's time came out of it.
+            left = dataclasses.replace(self.request, budget_s=self.deadline - time.monotonic())
+            self._box["value"] = run_probe(left)
+        except BaseException as error:  # handed to the pipeline's thread in `result`
+            self._box["error"] = error
+
+    def cancel(self) -> None:
+        """No longer wanted: the worker's group is stopped (a no-op once `result` resolved it)."""
+        self.later.cancel()
+
+    def result(self, request: ProbeRequest, node_gpus: tuple[int, ...] | None) -> ProbeResult:
+        """The result for `request` (discovery's facts, the pack's fraction), as run_probe gives it."""
+        from netdoctor.probe.dispatch import finished, refusal
+
+        refused = refusal(request, node_gpus)
+        if refused is not None:
+            self.cancel()
+            return finished(refused, request, self.started)
+        self.later.resolve(request.gpu_links, request.pass_fraction)
+        self._thread.join(max(0.0, self.deadline + 0.5 - time.monotonic()))
+        if self._thread.is_alive():
+            raise DeadlineExceeded("nccl-probe")
+        if "error" in self._box:
+            raise self._box["error"]
+        if "value" not in self._box:                 # it was cancelled before it started
+            raise DeadlineExceeded("nccl-probe")
+        return self._box["value"]
+
+
+@contextlib.contextmanager
+def early_allreduce(node: NodeSource, *, wanted: bool, budget_s: float, gpus: tuple[int, ...] | None,
+                    engine: str) -> Iterator[EarlyAllReduce | None]:
+    """Start the all-reduce now, before discovery, where it can start early: a live node whose
+    PCI bus has GPUs bound to the nvidia driver, an engine that can wait for discovery's facts,
+    a budget the probe accepts. Otherwise None: `run_allreduce` starts it after discovery and
+    says why it did not run. Leaving the block stops a probe nobody took up."""
+    early = None
+    if wanted and not node.is_snapshot and budget_s >= MIN_PROBE_BUDGET_S:
+        try:
+            from netdoctor.probe.dispatch import refusal, starts_early
+        except ImportError:     # run_allreduce says the probe is not available
+            starts_early = None
+        if starts_early is not None and starts_early(engine) and bound_gpu_count(node.sys) >= 2:
+            request = ProbeRequest(budget_s=budget_s, pass_fraction=1.0, gpus=gpus, engine=engine, later=LaterFacts())
+            # NVML is read before the worker opens the GPUs: what the GPU checks judge (idle
+            # clocks, utilisation, link speed at rest) is the node at rest, as without the
+            # probe; and the worker's cuInit is quick with the GPUs already open (~0.5 s
+            # otherwise on 2 H200s: benchmarks/results/probe-speed.md).
+            early = EarlyAllReduce(request, before=node.nvml) if refusal(request, None) is None else None
+    try:
+        yield early
+    finally:
+        if early is not None:
+            early.cancel()
+
+
 def run_allreduce(inventory: Inventory, deadline: float, *, budget_s: float | None, gpus: tuple[int, ...] | None,
-                  engine: str, pass_fraction: float, debug: bool) -> tuple[ProbeResult | ProbeNotRun, dict[str, Any] | None]:
+                  engine: str, pass_fraction: float, debug: bool,
+                  early: EarlyAllReduce | None = None) -> tuple[ProbeResult | ProbeNotRun, dict[str, Any] | None]:
     """(what the checks see, what the report carries): the report's `probe` only when it ran.
 
     Below `pass_fraction` of the expected bus bandwidth the probe spends what is left of
-    its budget naming the slow GPU or link.
+    its budget naming the slow GPU or link. `early`: the probe already running (its own
+    budget and deadline); it is given discovery's facts and waited for.
     """
     if not inventory.gpus:
+        if early is not None:
+            early.cancel()
         return ProbeNotRun("no NVIDIA GPUs"), None
     left_s = deadline - time.monotonic()
-    if left_s < 1.0 and budget_s is None:
+    if left_s < 1.0 and budget_s is None and early is None:
         return ProbeNotRun(f"no time left for the probe ({left_s:.1f} s)", unknown=True), None
     nvml = inventory.source("nvml")
     try:
@@ -56,7 +147,11 @@ def run_allreduce(inventory: Inventory, deadline: float, *, budget_s: float | No
                            gpu_links=gpu_links_of(inventory.gpus) if nvml.usable else ())
     node_gpus = tuple(gpu.index for gpu in inventory.gpus) if nvml.usable else None
     try:
-        result = call_with_deadline("nccl-probe", lambda: run_probe(request, node_gpus=node_gpus), deadline + 0.5)
+        if early is not None:
+            request = dataclasses.replace(request, budget_s=early.request.budget_s)
+            result = early.result(request, node_gpus)
+        else:
+            result = call_with_deadline("nccl-probe", lambda: run_probe(request, node_gpus=node_gpus), deadline + 0.5)
     except DeadlineExceeded:
         hung = ProbeNotRun(f"the probe did not finish within {request.budget_s:.1f} s", unknown=True)
         return hung, hung.to_json()

@@ -20,26 +20,40 @@ PCI_ADDRESS_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 
 def utc_now_iso() -> str:
     """Now, in UTC, to the second: `2026-11-21T22:40:00Z` (the report and snapshot form)."""
-    return iso_utc(dt.datetime.now(dt.UTC))
+    return iso_utc(dt.datetime.now(dt.timezone.utc))
 
 
 def iso_utc(moment: dt.datetime) -> str:
     """An aware time in the report and snapshot form, to the second: `2026-11-21T22:40:00Z`."""
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# ISO 8601's extended form, parsed here rather than by datetime.fromisoformat so that every
+# Python reads the same times: 3.10's refuses `Z` and fractions other than 3 or 6 digits.
+# Compiled on first use (re's cache), not at import.
+_ISO_TIME = (r"(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2})(?::(\d{2})(?::(\d{2})(?:[.,](\d{1,9}))?)?)?)?"
+             r"(Z|[+-]\d{2}(?::?\d{2})?)?")
 
 
 def parse_iso_utc(text: str) -> dt.datetime:
-    """Parse an ISO 8601 time (`2026-11-21T22:40:00Z`); a time without zone is taken as UTC.
+    """Parse an ISO 8601 time (`2026-11-21T22:40:00Z`, `...T23:40:00.5+01:00`); a time without
+    zone is taken as UTC.
 
     Raises ValueError with the offending text when it does not parse.
     """
+    found = re.fullmatch(_ISO_TIME, text.strip(), re.ASCII | re.IGNORECASE) if isinstance(text, str) else None
     try:
-        moment = dt.datetime.fromisoformat(text.strip())
-    except (ValueError, AttributeError) as error:
+        if found is None:
+            raise ValueError("not the extended ISO 8601 form")
+        year, month, day, hour, minute, second, fraction, zone = found.groups()
+        offset = dt.timedelta()
+        if zone and zone.upper() != "Z":
+            digits = zone[1:].replace(":", "")
+            offset = dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:] or 0)) * (-1 if zone[0] == "-" else 1)
+        return dt.datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0), int(second or 0),
+                           int((fraction or "")[:6].ljust(6, "0")), dt.timezone(offset)).astimezone(dt.timezone.utc)
+    except (ValueError, OverflowError) as error:     # OverflowError: out of range once in UTC
         raise ValueError(f"not an ISO 8601 time: {text!r}") from error
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.UTC)
-    return moment.astimezone(dt.UTC)
 
 
 def canonical_pci_address(text: str) -> str | None:

@@ -8,10 +8,37 @@ below both (netdoctor.inventory.model re-exports them).
 from __future__ import annotations
 
 import enum
+import sys
 from dataclasses import dataclass, field
 
 
-class LinkLayer(enum.StrEnum):
+class _StrEnumBackport(str, enum.Enum):
+    """Python 3.11's enum.StrEnum for 3.10: members are their str values, str() and format()
+    give the value (3.10's `(str, Enum)` alone prints `Class.NAME`), auto() the lower-case name."""
+
+    def __new__(cls, value: str) -> _StrEnumBackport:
+        if not isinstance(value, str):
+            raise TypeError(f"{value!r} is not a string")
+        member = str.__new__(cls, value)
+        member._value_ = value
+        return member
+
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+    @staticmethod
+    def _generate_next_value_(name: str, start: int, count: int, last_values: list[str]) -> str:
+        return name.lower()
+
+
+# Every enumeration of words below, and every other one in netdoctor, stands on this.
+if sys.version_info >= (3, 11):
+    from enum import StrEnum  # novermin: guarded, 3.10 takes the backport
+else:
+    StrEnum = _StrEnumBackport
+
+
+class LinkLayer(StrEnum):
     INFINIBAND = "InfiniBand"
     ETHERNET = "Ethernet"
     # Neither: AWS EFA reports IB_LINK_LAYER_UNSPECIFIED (`Unspecified` in ibv_devinfo,
@@ -19,7 +46,7 @@ class LinkLayer(enum.StrEnum):
     UNSPECIFIED = "Unspecified"
 
 
-class PortState(enum.StrEnum):
+class PortState(StrEnum):
     """IB logical port state (sysfs `state`, ibstat `State`, ibv_devinfo `state`)."""
 
     DOWN = "DOWN"
@@ -29,7 +56,7 @@ class PortState(enum.StrEnum):
     ACTIVE_DEFER = "ACTIVE_DEFER"
 
 
-class PhysState(enum.StrEnum):
+class PhysState(StrEnum):
     """IB physical port state (sysfs `phys_state`, ibstat `Physical state`)."""
 
     SLEEP = "Sleep"
@@ -89,7 +116,7 @@ class Topology:
         return None
 
 
-class KernelEventKind(enum.StrEnum):
+class KernelEventKind(StrEnum):
     XID = "xid"                 # NVRM: Xid (PCI:0000:18:00): 79, ...
     SXID = "sxid"               # nvidia-nvswitch: SXid (PCI:...): 20034, ...
     LINK_DOWN = "link-down"     # mlx5_core / IB / netdev link down

@@ -5,10 +5,13 @@
 
 It holds netdoctor, netdoctor_plugins (plugins/), netdoctor_rules (rules/) and the pure-
 Python dependencies, copied from the environment this script runs in (no network).
-Compiled modules cannot be imported from a zip, so psutil (C) is left out: netdoctor
-imports it lazily and works without it on `check --snapshot`; a node with python3-psutil
-installed still gets it from its own site-packages. rich is not bundled: netdoctor
-imports typer and structlog without it (plain help and tracebacks).
+It runs on Python 3.10 and later: tomli (the backport of 3.11's tomllib) is bundled, so the
+build environment needs it whatever its own version (`pip install -e '.[test]'` has it), and
+a bundled distribution whose Requires-Python excludes 3.10 stops the build. Compiled modules
+cannot be imported from a zip, so psutil (C) is left out: netdoctor imports it lazily and
+works without it on `check --snapshot`; a node with python3-psutil installed still gets it
+from its own site-packages. rich is not bundled: netdoctor imports typer and structlog
+without it (plain help and tracebacks).
 """
 
 from __future__ import annotations
@@ -23,120 +26,40 @@ import zipapp
 from pathlib import Path, PurePosixPath
 
 REPO = Path(__file__).resolve().parent.parent
+# The archive's __main__.py (a version guard every Python parses) and the start it imports.
+START = REPO / "packaging" / "zipapp"
+# The oldest Python the archive runs on: as pyproject's requires-python and START's MINIMUM.
+MINIMUM_PYTHON = "3.10"
 
-# Pure-Python distributions bundled, with what they need at run time.
+# Pure-Python distributions bundled, with what they need at run time. tomli: Python 3.10
+# has no tomllib (netdoctor.packs.load falls back to it); its compiled build is .py + .so.
 BUNDLED = (
     "typer", "click", "shellingham", "typing_extensions", "structlog", "ClusterShell", "nvidia-ml-py", "pyroute2",
+    "tomli",
 )
 # Compiled or not needed at run time: never copied even when a file list names them.
 EXCLUDED_SUFFIXES = (".so", ".pyd", ".dylib", ".pyc")
 
-MAIN = r'''"""netdoctor single-file build: python3 netdoctor.pyz check ...
-
-The archive unpacks itself once into a cache directory and runs from there, so code
-that reads its own data files by path (rule packs, examples) works as when installed.
-"""
-import atexit
-import os
-import shutil
-import stat
-import sys
-import tempfile
-import zipfile
-
-BUILD_ID = "@BUILD_ID@"
-
-if sys.version_info < (3, 11):
-    sys.exit(f"netdoctor needs Python 3.11 or newer; this is {sys.version.split()[0]}")
-
-
-def _cache_root():
-    configured = os.environ.get("NETDOCTOR_PYZ_CACHE")
-    if configured:
-        return configured
-    if os.geteuid() == 0:
-        return "/var/cache/netdoctor"
-    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "netdoctor")
-
-
-def _trusted(path, owners=None):
-    # Never run code from a directory someone else could have written: a real directory
-    # (not a symlink), owned by us (the cache root: or root), not group/other-writable.
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return False
-    return (stat.S_ISDIR(info.st_mode) and info.st_uid in (owners or (os.geteuid(),))
-            and not info.st_mode & 0o022)
-
-
-def _ready(target):
-    return _trusted(target) and os.path.isfile(os.path.join(target, ".complete"))
-
-
-def _extract(archive, directory):
-    mask = os.umask(0o022)
-    try:
-        os.chmod(directory, 0o755)
-        with zipfile.ZipFile(archive) as bundle:
-            bundle.extractall(directory)
-        open(os.path.join(directory, ".complete"), "w").close()
-    finally:
-        os.umask(mask)
-
-
-def _private(archive, staging=None):
-    # A fresh directory only this process knows, removed when it exits.
-    if staging is None:
-        staging = tempfile.mkdtemp(prefix="netdoctor-pyz-")
-        _extract(archive, staging)
-    atexit.register(shutil.rmtree, staging, True)
-    return staging
-
-
-def _unpacked(archive):
-    root = _cache_root()
-    target = os.path.join(root, f"pyz-{BUILD_ID}")
-    try:
-        os.makedirs(root, mode=0o755, exist_ok=True)
-    except OSError:
-        return _private(archive)
-    if not _trusted(root, (os.geteuid(), 0)):
-        print(f"netdoctor: not using cache {root}: not a directory owned by this user or root, or writable by "
-              "others; unpacking privately", file=sys.stderr)
-        return _private(archive)
-    if _ready(target):
-        return target
-    try:
-        staging = tempfile.mkdtemp(prefix=".unpack-", dir=root)
-    except OSError:
-        return _private(archive)
-    _extract(archive, staging)
-    try:
-        os.rename(staging, target)
-    except OSError:
-        # Another run unpacked it first, or something else holds the name: use it only
-        # if it is complete and trusted, else run from our own copy.
-        if _ready(target):
-            shutil.rmtree(staging, ignore_errors=True)
-            return target
-        print(f"netdoctor: not using {target}: incomplete, not owned by this user, or writable by others "
-              "(remove it); unpacking privately", file=sys.stderr)
-        return _private(archive, staging)
-    return target
-
-
-archive = os.path.dirname(os.path.abspath(__file__))
-directory = _unpacked(archive)
-sys.path[:] = [directory] + [entry for entry in sys.path if os.path.abspath(entry or ".") != archive]
-from netdoctor.cli import main  # noqa: E402
-
-main()
-'''
-
 
 def copy_tree(source: Path, target: Path) -> None:
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so", ".*"))
+
+
+def _refuses_minimum(requires_python: str | None) -> str | None:
+    """The Requires-Python of a distribution when it excludes MINIMUM_PYTHON, else None."""
+    if not requires_python:
+        return None
+    try:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    except ImportError:
+        print(f"build-zipapp: 'packaging' is not installed: Requires-Python {requires_python!r} not checked",
+              file=sys.stderr)
+        return None
+    try:
+        admitted = SpecifierSet(requires_python).contains(f"{MINIMUM_PYTHON}.0")
+    except InvalidSpecifier:
+        return requires_python
+    return None if admitted else requires_python
 
 
 def copy_distribution(name: str, stage: Path) -> list[str]:
@@ -144,6 +67,10 @@ def copy_distribution(name: str, stage: Path) -> list[str]:
         distribution = importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError as error:
         raise SystemExit(f"{name} is not installed in {sys.executable}; pip install it first") from error
+    refusal = _refuses_minimum(distribution.metadata.get("Requires-Python"))
+    if refusal:
+        raise SystemExit(f"{name} {distribution.version} needs Python {refusal}: the zipapp runs on "
+                         f"{MINIMUM_PYTHON}; install a release of {name} that supports it")
     copied: list[str] = []
     for file in distribution.files or ():
         relative = PurePosixPath(str(file))
@@ -174,11 +101,15 @@ def build(output: Path) -> Path:
         if (stage / "typer" / "_adapters.py").exists():
             # pyproject pins typer < 0.16: newer typer needs pydantic-core, compiled.
             raise SystemExit("the installed typer needs pydantic (compiled) and cannot go into a zipapp")
+        shutil.copy2(START / "_netdoctor_pyz.py", stage / "_netdoctor_pyz.py")
         digest = hashlib.sha256()
         for path in sorted(stage.rglob("*")):
             if path.is_file():
                 digest.update(str(path.relative_to(stage)).encode() + b"\0" + path.read_bytes())
-        (stage / "__main__.py").write_text(MAIN.replace("@BUILD_ID@", digest.hexdigest()[:16]))
+        main = (START / "__main__.py").read_text(encoding="utf-8")
+        if '"@BUILD_ID@"' not in main:
+            raise SystemExit(f"{START / '__main__.py'} lost its BUILD_ID line")
+        (stage / "__main__.py").write_text(main.replace("@BUILD_ID@", digest.hexdigest()[:16]), encoding="utf-8")
         output.parent.mkdir(parents=True, exist_ok=True)
         zipapp.create_archive(stage, output, interpreter="/usr/bin/env python3", compressed=True)
     output.chmod(0o755)

@@ -328,8 +328,9 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port) -> list[Finding]:
                 and (spec.name not in ETHERNET_ONLY or port.link_layer is LinkLayer.ETHERNET)]
     if efa and not available and not hw_specs:
         return [ctx.unknown(port.name, "no EFA hw_counters to judge: " + unavailable_reason(ctx.inventory, "sysfs"),
-                            remedy="EFA's statistics appear under /sys/class/infiniband/DEV/ports/1/hw_counters "
-                                   "with the efa driver r1.14 or later (network counters from r2.17)")]
+                            remedy=f"EFA's statistics appear under /sys/class/infiniband/{hca.name}/ports/"
+                                   f"{port.number}/hw_counters with the efa driver r1.14 or later (network counters "
+                                   "from r2.17): `modinfo efa | grep ^version` shows the driver's")]
     if not available and not efa:
         if not_available:
             return [ctx.unknown(port.name, "error counters not available (N/A: the device has no PMA)",

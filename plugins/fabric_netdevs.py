@@ -78,18 +78,19 @@ def _judge_netdev(ctx: CheckContext, netdev: Netdev, gpus: list[str]) -> Finding
               if wanted > 0 and value is None]
     if unread:
         return ctx.unknown(netdev.name, f"GPU NIC of {', '.join(gpus)} is up, but its {' and '.join(unread)} could "
-                           "not be read (/sys/class/net/IF/speed, mtu)", evidence=evidence)
+                           f"not be read (/sys/class/net/{netdev.name}/speed, mtu)", evidence=evidence)
     if speed > 0 and netdev.speed_mbps is not None and netdev.speed_mbps < speed:
         return ctx.graded(ctx.severity("slow_severity"), netdev.name,
                           f"GPU NIC runs at {netdev.speed_mbps / 1000:g} Gb/s, expected {speed / 1000:g} Gb/s",
                           evidence=evidence, rule="expected_speed_mbps",
                           remedy="a gVNIC reports the bandwidth the instance type gives it: check the machine type "
-                                 "and the gve driver version (`ethtool -i`)")
+                                 f"and the gve driver version (`ethtool -i {netdev.name}`)")
     if minimum > 0 and netdev.mtu is not None and netdev.mtu < minimum:
         return ctx.graded(ctx.severity("mtu_severity"), netdev.name,
                           f"GPU NIC MTU {netdev.mtu} is below {minimum}: GPUDirect-TCPX moves fewer bytes per "
                           "packet", evidence=evidence, rule="min_mtu",
-                          remedy="set the MTU of the GPU NICs' VPC networks to 8244 and the interface's to match")
+                          remedy=f"set the MTU of the GPU NICs' VPC networks to {minimum} "
+                                 f"and the interface's to match: `ip link set {netdev.name} mtu {minimum}`")
     speed_text = f"{netdev.speed_mbps / 1000:g} Gb/s" if netdev.speed_mbps is not None else "speed unknown"
     return ctx.passed(netdev.name, f"up, {speed_text}, MTU {netdev.mtu}, next to {', '.join(gpus)}",
                       evidence=evidence)

@@ -35,16 +35,23 @@ from netdoctor.inventory.queries import (
 )
 from netdoctor.packs import role_of
 from netdoctor.util import natural_key
+from netdoctor_plugins.remedy_words import commands
 
 CHECK_ID = "gpu-nic-affinity"
 LEVELS = ("PIX", "PXB", "PHB", "NODE", "SYS")
 RANK = {level: rank for rank, level in enumerate(LEVELS)}
 PLACEMENT_BASES = ("auto", "pcie", "numa")
-CROSS_SOCKET_REMEDY = ("the GPU's nearest compute NIC is missing or placed behind the other socket: check that "
-                       "the NIC next to this GPU is present and bound to mlx5_core (`lspci -nnk`, `ibdev2netdev`), "
-                       "and that cards sit in the slots the platform guide gives")
 
 
+
+
+def _cross_socket_remedy(inventory: Inventory, gpu: Gpu) -> str:
+    """Find the NIC that belongs beside this GPU: on the bus, bound, in the slot the platform guide gives."""
+    drivers = sorted({hca.driver for hca in inventory.hcas if hca.driver}) or ["mlx5_core"]
+    where = f"`lspci -tv` shows what sits beside {gpu.pci_address}, " if gpu.pci_address else ""
+    return (f"the GPU's nearest compute NIC is missing or placed behind the other socket: check that the NIC next "
+            f"to {gpu.label} is present and bound to {' or '.join(drivers)} ({where}`lspci -nnk`, "
+            "`ibdev2netdev`), and that cards sit in the slots the platform guide gives")
 
 
 def _expected_rank(ctx: CheckContext) -> int:
@@ -170,7 +177,8 @@ def _placement_finding(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], r
                 f"{'NICs ' + nics + ' are' if len(nearest) > 1 else 'NIC ' + nics + ' is'} already the rail of "
                 f"{', '.join(holders)}", evidence=evidence, rule="one_rail_per_gpu",
                 remedy="one NIC per GPU is expected on this platform: look for a missing, unbound or down NIC "
-                       "on this GPU's PCIe switch")
+                       "on this GPU's PCIe switch"
+                       + (f" (`lspci -tv` shows what sits beside {gpu.pci_address})" if gpu.pci_address else ""))
         rail = rails[gpu.label]
         rank = RANK[levels[rail]]
         evidence.update(rail_nic=rail, rail_level=levels[rail])
@@ -184,11 +192,11 @@ def _placement_finding(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], r
     if rank == RANK["SYS"]:
         return ctx.graded(ctx.severity("cross_socket_severity"), gpu.label,
                           f"{where} is across the CPU socket{taken_note}", evidence=evidence,
-                          remedy=CROSS_SOCKET_REMEDY, rule="cross_socket_severity")
+                          remedy=_cross_socket_remedy(ctx.inventory, gpu), rule="cross_socket_severity")
     if rank > expected_rank:
         return ctx.graded(ctx.severity("above_expected_severity"), gpu.label,
                           f"{where}, expected {LEVELS[expected_rank]} or closer{taken_note}", evidence=evidence,
-                          remedy=CROSS_SOCKET_REMEDY, rule="expected_level")
+                          remedy=_cross_socket_remedy(ctx.inventory, gpu), rule="expected_level")
     numa_text = f", NUMA node {gpu.numa_node}" if gpu.numa_node is not None else ""
     return ctx.passed(gpu.label, f"{where}{numa_text}", evidence=evidence)
 
@@ -218,7 +226,7 @@ def _numa_finding(ctx: CheckContext, gpu: Gpu, hcas: Mapping[str, Hca], problem:
     placed = ", ".join(f"{name} on node {numa}" for name, numa in nic_numa.items())
     return ctx.graded(ctx.severity("numa_mismatch_severity"), gpu.label,
                       f"no compute NIC on NUMA node {gpu.numa_node} of {gpu.label} ({placed})",
-                      evidence=evidence, remedy=CROSS_SOCKET_REMEDY, rule="numa_mismatch_severity")
+                      evidence=evidence, remedy=_cross_socket_remedy(ctx.inventory, gpu), rule="numa_mismatch_severity")
 
 
 def _efa_tree_levels(inventory: Inventory, gpus: list[Gpu], hcas: Mapping[str, Hca]) -> dict[str, dict[str, str]] | None:
@@ -264,8 +272,10 @@ def _too_few_near_nics(ctx: CheckContext, gpu: Gpu, levels: Mapping[str, str], e
     return ctx.graded(ctx.severity("too_few_nics_severity"), gpu.label,
                       f"{gpu.label} has {len(working)} of {wanted} working compute NICs at {LEVELS[limit]} or closer "
                       f"({', '.join(working) or 'none'}){lost_text}", evidence=evidence, rule="min_near_nics",
-                      remedy="a NIC next to this GPU is missing or unbound: `lspci -k` on its PCIe switch, `dmesg | "
-                             "grep -i efa`; on a cloud instance stop and start it to move to healthy hardware")
+                      remedy="a NIC next to this GPU is missing or unbound: "
+                             + ("the driver in use: " + commands("`lspci -k -s {}`", lost) + "; " if lost else
+                                f"`lspci -tv` shows what sits beside {gpu.pci_address or gpu.label}; ")
+                             + "`dmesg | grep -i efa`; on a cloud instance stop and start it to move to healthy hardware")
 
 
 @check(CHECK_ID, "each GPU has a compute NIC on its own PCIe switch / NUMA node; rails are not crossed or shared",

@@ -26,6 +26,7 @@ from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import Hca
 from netdoctor.util import natural_key
+from netdoctor_plugins.remedy_words import commands
 
 CHECK_ID = "gpudirect"
 REMEDY = ("modprobe nvidia-peermem (after the NVIDIA driver and the RDMA stack are loaded); make it "
@@ -96,9 +97,14 @@ def _gpu_order(label: str) -> int:
     return int(label.removeprefix("GPU"))
 
 
-EFA_P2P_REMEDY = ("install the efa driver from the EFA installer after the NVIDIA driver (it builds EFA's NVIDIA "
-                  "P2P support against it; `cat /sys/class/infiniband/DEV/device/p2p` then says NVIDIA), or use "
-                  "the NVIDIA open kernel modules so libfabric can register GPU memory by DMA-BUF")
+def efa_p2p_remedy(devices: list[str]) -> str:
+    """Rebuild EFA's NVIDIA P2P support, and the files that then name it."""
+    return ("install the efa driver from the EFA installer after the NVIDIA driver (it builds EFA's NVIDIA P2P "
+            "support against it; then the device's p2p file names NVIDIA: "
+            f"{commands('`cat /sys/class/infiniband/{}/device/p2p`', devices)}), or use the NVIDIA open kernel "
+            "modules so libfabric can register GPU memory by DMA-BUF")
+
+
 DEVICE_RDMA_OFF = ("0", "false", "no", "off")
 
 
@@ -118,12 +124,12 @@ def _judge_efa(ctx: CheckContext, efa: list[Hca]) -> Iterator[Finding]:
         problems += 1
         yield ctx.fail("node", f"EFA has no path into GPU memory on {_few(without)}: its driver names no NVIDIA "
                        "P2P provider and DMA-BUF is not available on every GPU, so NCCL stages through host memory",
-                       evidence=evidence, remedy=EFA_P2P_REMEDY)
+                       evidence=evidence, remedy=efa_p2p_remedy(without))
     elif unread and not dmabuf_everywhere:
         problems += 1
         yield ctx.unknown("node", f"EFA's GPU memory path is unknown on {_few(unread)}: no `p2p` (or `gdr`) file "
                           "(the kernel's own efa driver has none) and DMA-BUF is not confirmed on every GPU",
-                          evidence=evidence, remedy=EFA_P2P_REMEDY)
+                          evidence=evidence, remedy=efa_p2p_remedy(unread))
     libfabric = inventory.libfabric_providers
     if libfabric is None:
         problems += 1
@@ -140,7 +146,7 @@ def _judge_efa(ctx: CheckContext, efa: list[Hca]) -> Iterator[Finding]:
             yield ctx.fail("node", f"libfabric (`fi_info -p efa`) has {what}: NCCL's aws-ofi-nccl plugin cannot use "
                            "those devices and falls back to fewer NICs or to sockets", evidence=evidence,
                            remedy="reinstall the EFA software (libfabric-aws, rdma-core from the EFA installer) and "
-                                  "check `fi_info -p efa` lists every rdmap device; FI_PROVIDER must not exclude efa")
+                                  f"check that `fi_info -p efa` lists {_few(missing)}; FI_PROVIDER must not exclude efa")
     setting = inventory.nccl.get("FI_EFA_USE_DEVICE_RDMA") if inventory.nccl is not None else None
     if setting is not None:
         evidence["FI_EFA_USE_DEVICE_RDMA"] = setting.value

@@ -28,6 +28,7 @@ from netdoctor.inventory.queries import NEAR_GPU_LEVELS, pcie_level, physical_fu
 from netdoctor.inventory.visibility import hidden_gpus, lost_gpus, nvml_visible
 from netdoctor.packs.model import PortClass, or_bridge_class, role_of
 from netdoctor.util import natural_key
+from netdoctor_plugins.remedy_words import commands
 
 CHECK_ID = "inventory"
 KINDS = ("gpus", "nvswitches", "compute_nics")
@@ -260,7 +261,8 @@ def _judge_nics(ctx: CheckContext, node: Inventory, expected: dict[str, int], wh
         yield ctx.graded(ctx.severity("missing_severity"), "node",
                          f"{len(functions)} ConnectX functions {bound}, no RDMA device: {question} ({reason})",
                          evidence={**evidence, "functions_without_rdma": without_rdma},
-                         remedy=MLX5_CORE_REMEDY if unbound and not drivers else MLX5_IB_REMEDY, rule="missing_severity")
+                         remedy=(MLX5_CORE_REMEDY if unbound and not drivers else MLX5_IB_REMEDY)
+                         + _drivers_in_use(without_rdma), rule="missing_severity")
         return
     addresses = _platform_addresses(known, "rail_addresses")
     placed = [hca.pci_address for hca, near in rails if near is True]
@@ -280,9 +282,15 @@ def _judge_nics(ctx: CheckContext, node: Inventory, expected: dict[str, int], wh
                    else f"no compute port: {reason}, and the node has none")
         yield ctx.graded(ctx.severity("missing_severity"), "node", summary + detail + unknown,
                          evidence={**evidence, "functions_without_rdma": without_rdma},
-                         remedy=MLX5_IB_REMEDY if without_rdma else NIC_REMEDY, rule="missing_severity")
+                         remedy=MLX5_IB_REMEDY + _drivers_in_use(without_rdma) if without_rdma else NIC_REMEDY,
+                         rule="missing_severity")
         return
     yield ctx.passed("node", f"{count} compute NICs with an RDMA device ({reason}){unknown}", evidence=evidence)
+
+
+def _drivers_in_use(addresses: list[str]) -> str:
+    """The command that shows which driver each ConnectX function without an RDMA device has."""
+    return f"; the driver in use: {commands('`lspci -k -s {}`', addresses)}" if addresses else ""
 
 
 def _gpus_without_rail(node: Inventory, compute: list[Hca]) -> list[str]:
@@ -325,5 +333,6 @@ def _judge_rails_by_address(ctx: CheckContext, node: Inventory, addresses: list[
                          f"compute NIC at {address} (GPU{index}'s rail) expected by {platform.id}: {state} "
                          f"({len(present)} of {len(addresses)} rails there)",
                          evidence={**evidence, "pci_address": address, "gpu_index": index},
-                         remedy=MLX5_IB_REMEDY if function is not None and device is None else NIC_REMEDY,
+                         remedy=(MLX5_IB_REMEDY if function is not None and device is None else NIC_REMEDY)
+                         + (_drivers_in_use([address]) if function is not None else ""),
                          rule="missing_severity")

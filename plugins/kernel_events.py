@@ -29,15 +29,16 @@ from typing import Any
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.inventory.model import Inventory, KernelEvent, KernelEventKind, KernelLog
 from netdoctor.util import iso_utc, parse_iso_utc
+from netdoctor_plugins.remedy_words import gpu_index, netdev_of
 from netdoctor_plugins.xid_catalog import (RECOVERY_BUCKET, RECOVERY_XID, UNLISTED, XidRules, XidVerdict, judge_gpu,
                                            remedy_of)
 
 CHECK_ID = "kernel-events"
 _CODE = re.compile(r"^\d+,\s*")     # the Xid number that opens the driver's words
-REMEDY_SXID = "read the fabric manager log; a fatal SXid needs the GPUs reset (or a reboot) before the fabric is usable"
-REMEDY_FLAP = "reseat or replace the cable/transceiver of this port; check the switch port's error counters"
-REMEDY_AER = ("reseat the card; check the slot and riser; uncorrected AER errors on a GPU/NIC path end in a "
-              "fallen-off device")
+REMEDY_SXID = ("read the fabric manager log (/var/log/fabricmanager.log); a fatal SXid needs the GPUs reset (or a "
+               "reboot) before the fabric is usable")
+REMEDY_AER = ("reseat the card; check the slot and riser (`lspci -vv -s {address}` shows its AER status); uncorrected "
+              "AER errors on a GPU/NIC path end in a fallen-off device")
 
 
 @dataclass
@@ -104,7 +105,7 @@ def kernel_events(ctx: CheckContext) -> Iterator[Finding]:
     names = _subject_names(inventory)
     findings: list[tuple[str, str, Finding]] = []
     for (kind, subject), tally in tallies.items():
-        finding = _judge(ctx, kind, names.get(subject, subject), tally, subject in names)
+        finding = _judge(ctx, kind, subject, names.get(subject, subject), tally, subject in names)
         if finding is not None:
             findings.append((kind.value, subject, finding))
     for subject in set(current) | set(history):
@@ -135,7 +136,9 @@ def _driver_loaded(log: KernelLog) -> tuple[datetime, str] | None:
     return max(loads) if loads else None
 
 
-def _judge(ctx: CheckContext, kind: KernelEventKind, subject: str, tally: _Tally, ours: bool) -> Finding | None:
+def _judge(ctx: CheckContext, kind: KernelEventKind, logged: str, subject: str, tally: _Tally,
+           ours: bool) -> Finding | None:
+    """One tally's finding; `logged` is the netdev or PCI address as the kernel wrote it, `subject` its name here."""
     times = f"{tally.count}x, {tally.when()}"
     if kind is KernelEventKind.SXID:
         status = Status.FAIL if tally.fatal else (Status.WARN if tally.count >= int(ctx.rule("sxid_nonfatal_repeat"))
@@ -154,13 +157,16 @@ def _judge(ctx: CheckContext, kind: KernelEventKind, subject: str, tally: _Tally
             return None
         window = float(ctx.rule("flap_window_s")) / 3600
         return ctx.finding(status, subject, f"link went down {tally.count} times in the last {window:g} h "
-                           f"({tally.when()})", evidence=tally.evidence(), remedy=REMEDY_FLAP, rule=rule)
+                           f"({tally.when()})", evidence=tally.evidence(), remedy=_flap_remedy(ctx.inventory, logged),
+                           rule=rule)
     if not ours:
         return None                    # AER on a device that is no GPU or NIC of this node's fabric
     if kind is KernelEventKind.AER_UNCORRECTED:
-        return ctx.fail(subject, f"PCIe AER uncorrected errors ({times})", evidence=tally.evidence(), remedy=REMEDY_AER)
+        return ctx.fail(subject, f"PCIe AER uncorrected errors ({times})", evidence=tally.evidence(),
+                        remedy=REMEDY_AER.format(address=logged))
     if tally.count >= int(ctx.rule("aer_corrected_warn")):
-        return ctx.warn(subject, f"PCIe AER corrected errors ({times})", evidence=tally.evidence(), remedy=REMEDY_AER,
+        return ctx.warn(subject, f"PCIe AER corrected errors ({times})", evidence=tally.evidence(),
+                        remedy=REMEDY_AER.format(address=logged),
                         rule="aer_corrected_warn")
     return None
 
@@ -169,7 +175,7 @@ def _judge_xids(ctx: CheckContext, xids: XidRules, pci: str, subject: str, curre
                 history: list[KernelEvent], loaded: tuple[datetime, str] | None) -> Finding:
     """One GPU's Xids: graded by the catalog where they happened since the driver's last load;
     shown, not graded, where they are older (history) or the job's and not repeated."""
-    verdicts = judge_gpu(xids, current, pci) if current else []
+    verdicts = judge_gpu(xids, current, pci, gpu_index(ctx.inventory, pci)) if current else []
     evidence: dict[str, Any] = {}
     if current:
         tally = _Tally()
@@ -275,6 +281,20 @@ def _subject_names(inventory: Inventory) -> dict[str, str]:
             if port.netdev:
                 names[port.netdev] = f"{port.name} ({port.netdev})"
     return names
+
+
+def _flap_remedy(inventory: Inventory, netdev: str) -> str:
+    """Reseat the cable of the port whose netdev flapped, and the commands that read that link."""
+    port = next((port for port in inventory.ports if netdev_of(inventory, port) == netdev), None)
+    if port is None and inventory.netdev(netdev) is None:
+        return ("reseat or replace the cable/transceiver of this port (the name the kernel logged is no interface of "
+                "this node now: `ip -br link` lists them); check the switch port's error counters")
+    if port is None:
+        return (f"reseat or replace the cable/transceiver of {netdev} (`ethtool -m {netdev}` reads its module, "
+                f"`ethtool -S {netdev}` its counters); check the switch port's error counters")
+    return (f"reseat or replace the cable/transceiver of {port.name} ({netdev}): `mlxlink -d {port.hca} -m` reads "
+            f"the module and its BER, `mlxlink -d {port.hca} -c` the link's error counters; check the switch port's "
+            "error counters")
 
 
 def _iso(moment: datetime | None) -> str | None:

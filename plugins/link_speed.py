@@ -149,9 +149,10 @@ def _judge(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None
         return ctx.graded(ctx.rule("faster_severity"), port.name,
                           f"{runs}, faster than expected {_describe(expected.gbps, expected.width, port.link_layer)} "
                           f"({expected.basis})", evidence=evidence, rule="faster",
-                          remedy="if the port class is out of date, update expected_rate_gbps/expected_width "
-                                 "in the rule pack; if the expectation came from peers, the other ports are "
-                                 "the degraded ones")
+                          remedy=(f"if port class '{port_class.name}' is out of date, update its expected_rate_gbps/"
+                                  f"expected_width in rule pack '{ctx.pack.name}'" if port_class is not None else
+                                  "if the expectation is out of date, update the rule pack's port classes")
+                                 + "; if the expectation came from peers, the other ports are the degraded ones")
     if expected is None:
         return ctx.passed(port.name, f"{rate.describe()}; no reference rate (no port-class rate and fewer than "
                                      "two active ports of this HCA type)", evidence=evidence)

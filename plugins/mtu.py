@@ -77,7 +77,8 @@ def _netdev(ctx: CheckContext, netdev: Netdev, port: Port | None, kind: str) -> 
         else:
             summary = f"IPoIB netdev MTU is {netdev.mtu}, below {minimum}"
             remedy = ("datagram mode allows IB MTU - 4 (4092 on a 4K IB MTU, if the SM's broadcast group is 4K); "
-                      "connected mode up to 65520: set it in the interface config")
+                      f"connected mode up to 65520 (`cat /sys/class/net/{netdev.name}/mode` shows the mode): "
+                      f"`ip link set {netdev.name} mtu 4092`, and set it in the interface config")
         return ctx.graded(ctx.rule(f"{key}_mtu_severity"), netdev.name, summary, evidence=evidence,
                           remedy=remedy, rule=f"{key}_mtu")
     return ctx.passed(netdev.name, f"{kind} netdev MTU {netdev.mtu}", evidence=evidence)
@@ -174,8 +175,17 @@ def _consistency(ctx: CheckContext, judged: list[Judged]) -> None:
                 f"of port class '{class_name}'",
                 evidence={**old.evidence, "majority_mtu": norm, "mtus": {str(value): count for value, count
                                                                              in sorted(counts.items())}},
-                remedy="give every port/netdev of one rail class the same MTU (and the switch ports too)",
+                remedy=_consistent_remedy(kind, old.subject, norm, class_name),
                 rule="consistent_mtu")
+
+
+def _consistent_remedy(kind: str, subject: str, norm: object, class_name: str) -> str:
+    """Give the odd one the MTU of the others of its class (netdevs by `ip link`, IB ports through the SM)."""
+    if kind == "IB active MTU":
+        return (f"give {subject} the IB MTU {norm} of the other ports of port class '{class_name}' (the subnet "
+                "manager's partition MTU, and the switch port's MTU cap)")
+    return (f"`ip link set {subject} mtu {norm}` (and in the network config), the MTU of the others of port class "
+            f"'{class_name}'; the switch ports too")
 
 
 @check("mtu", "IB active MTU of each IB port, and the MTU of RoCE and IPoIB netdevs", needs=("rdma",), order=50)

@@ -17,11 +17,12 @@ length, so the report stays small whatever the environment holds.
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Iterator
 
 from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.inventory.hardware import is_efa
-from netdoctor.inventory.model import GID_SLOTS_READ, Hca, LinkLayer, Port
+from netdoctor.inventory.model import GID_SLOTS_READ, Hca, LinkLayer, Netdev, Port
 from netdoctor.inventory.queries import gpu_fabric_netdevs
 from netdoctor.util import cut_text, listed, natural_key
 from netdoctor.parsers.nccl_env import (
@@ -40,6 +41,7 @@ from netdoctor_plugins.nccl_env_text import EVIDENCE_ITEMS, QUOTED, SHOWN
 from netdoctor_plugins.nccl_env_text import origin as _origin
 from netdoctor_plugins.nccl_env_text import quoted as _quoted
 from netdoctor_plugins.nccl_env_text import remedy as _remedy
+from netdoctor_plugins.remedy_words import netdev_of, unknown_netdev
 
 CHECK_ID = "nccl-env"
 
@@ -219,7 +221,7 @@ def _ib_hca(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
                          evidence={"devices": names[:EVIDENCE_ITEMS], "absent": absent[:EVIDENCE_ITEMS],
                                    "absent_entries": len(absent), "entries": selection.count},
                          rule="absent_device_severity",
-                         remedy=_remedy(setting, "name the node's devices (ibdev2netdev lists them)"))
+                         remedy=_remedy(setting, _write_hca(ctx, "name the node's devices (ibdev2netdev lists them)")))
     if traps:
         exact = cut_text(("^=" if selection.exclude else "=") + setting.value.lstrip("^="), QUOTED)
         yield ctx.graded(ctx.severity("prefix_trap_severity"), setting.name,
@@ -242,14 +244,18 @@ def _ib_hca_coverage(ctx: CheckContext, setting: Setting, selection: DeviceFilte
                              f"{_origin(setting)} leaves NCCL no active compute RDMA port: inter-node traffic "
                              "falls back to TCP sockets",
                              evidence={"selected": [port.name for _, port in selected][:EVIDENCE_ITEMS]},
-                             rule="absent_device_severity", remedy=_remedy(setting, "select the active compute ports"))
+                             rule="absent_device_severity",
+                             remedy=_remedy(setting, _write_hca(ctx, "select the active compute ports")))
         return
     down = [port.name for _, port in selected if port.name in compute and not port.is_active]
     if down:
         yield ctx.graded(ctx.severity("inactive_device_severity"), setting.name,
                          f"{_origin(setting)} selects {listed(down, SHOWN)}, which {'is' if len(down) == 1 else 'are'} "
                          "not ACTIVE: NCCL skips them and runs on fewer rails", evidence={"not_active": down},
-                         rule="inactive_device_severity", remedy="bring the port up (port-state says why it is down)")
+                         rule="inactive_device_severity",
+                         remedy=f"bring {listed(down, SHOWN)} up (port-state says why "
+                                f"{'it is' if len(down) == 1 else 'they are'} down), or "
+                                + _remedy(setting, _write_hca(ctx, "leave them out")))
     left_out = sorted(name for name in compute if name not in {port.name for _, port in selected}
                       and (port := ctx.inventory.port(name)) is not None and port.is_active)
     if left_out:
@@ -257,14 +263,14 @@ def _ib_hca_coverage(ctx: CheckContext, setting: Setting, selection: DeviceFilte
                          f"{_origin(setting)} leaves out {len(left_out)} of {len(compute)} compute port(s) "
                          f"({listed(left_out, SHOWN)}): jobs run on {len(usable)} rail(s)",
                          evidence={"left_out": left_out, "used": usable}, rule="unselected_compute_severity",
-                         remedy=_remedy(setting, "list every compute port (or unset NCCL_IB_HCA)"))
+                         remedy=_remedy(setting, _write_hca(ctx, "list every compute port") + ", or unset NCCL_IB_HCA"))
     other = [port.name for _, port in selected if port.name not in compute]
     if other:
         yield ctx.graded(ctx.severity("non_compute_selected_severity"), setting.name,
                          f"{_origin(setting)} also selects {listed(other, SHOWN)}, which the rule pack classes as "
                          "not compute (storage or management): NCCL will put job traffic on them",
                          evidence={"not_compute": other}, rule="non_compute_selected_severity",
-                         remedy=_remedy(setting, "use '=' with exact names, or exclude them with '^'"))
+                         remedy=_remedy(setting, _write_hca(ctx, "use '=' with exact names, or exclude them with '^'")))
 
 
 def _gid_index(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
@@ -305,13 +311,42 @@ def _judge_gid(ctx: CheckContext, setting: Setting, index: int, port: Port) -> I
                          f"{present or 'none'}); NCCL cannot create queue pairs on it",
                          evidence={"gids": {number: [entry.kind, entry.address] for number, entry in port.gids.items()}},
                          rule="gid_index_severity",
-                         remedy=f"give {port.netdev or 'the netdev'} its IPv4 address (the RoCE v2 IPv4 GID appears "
-                                "with it), or set NCCL_IB_GID_INDEX to a RoCE v2 entry (show_gids lists them)")
+                         remedy=f"{_address_fix(ctx, port)}, or {_gid_fix(port)}")
     elif gid.kind != "RoCE v2":
         yield ctx.graded(ctx.severity("gid_v1_severity"), port.name,
                          f"{_origin(setting)}: GID {index} of {port.name}{netdev} is {gid.kind}, not RoCE v2: "
                          "the traffic is not routable across an L3 fabric and misses DSCP-based PFC/ECN",
-                         rule="gid_v1_severity", remedy="set NCCL_IB_GID_INDEX to a RoCE v2 entry (show_gids lists them)")
+                         rule="gid_v1_severity", remedy=_gid_fix(port))
+
+
+def _write_hca(ctx: CheckContext, otherwise: str) -> str:
+    """The NCCL_IB_HCA that names exactly the node's active compute ports, or `otherwise` where none is active."""
+    ports = sorted((port.name for hca, port in _compute_ports(ctx) if port.is_active and not is_efa(hca)),
+                   key=natural_key)
+    return f"write NCCL_IB_HCA='={','.join(ports)}', the active compute ports" if ports else otherwise
+
+
+def _address_fix(ctx: CheckContext, port: Port) -> str:
+    netdev = netdev_of(ctx.inventory, port)
+    if netdev is None:
+        return f"give the netdev of {port.name} its IPv4 address ({unknown_netdev(port.name)})"
+    return (f"give {netdev} its IPv4 address (`ip -br addr show {netdev}`; the RoCE v2 IPv4 GID appears with it)")
+
+
+def _gid_fix(port: Port) -> str:
+    """Point NCCL_IB_GID_INDEX at a RoCE v2 IPv4 entry of this port, naming one where the table has it."""
+    v2 = sorted(number for number, entry in (port.gids or {}).items()
+                if entry.kind == "RoCE v2" and entry.has_address and _ipv4_mapped(entry.address or ""))
+    there = f": NCCL_IB_GID_INDEX={v2[0]} is one on {port.name}" if v2 else ""
+    return f"set NCCL_IB_GID_INDEX to a RoCE v2 entry{there} (`show_gids {port.hca} {port.number}` lists them)"
+
+
+def _ipv4_mapped(address: str) -> bool:
+    """A GID that carries an IPv4 address (`::ffff:10.0.0.5`, as the GID table writes it in full)."""
+    try:
+        return ipaddress.IPv6Address(address).ipv4_mapped is not None
+    except ValueError:
+        return False
 
 
 # NCCL's network plugins on cloud fabrics and the settings that name their interfaces:
@@ -356,14 +391,22 @@ def cloud_fabric_settings(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Fin
                              f"{_origin(setting)} names interfaces NCCL's TCPX plugin cannot use: {listed(states, SHOWN)}",
                              evidence={"listed": items[:EVIDENCE_ITEMS], "gpu_nics": fabric},
                              rule="socket_ifname_severity",
-                             remedy=_remedy(setting, "name the GPU NICs that are up (`ip -br link`; find them by "
-                                                     "PCI address, names differ between images)"))
+                             remedy=_remedy(setting, _tcpx_fix(name, fabric, netdevs)))
         elif name in TCPX_INTERFACE_LISTS and (left := sorted(set(fabric) - set(items), key=natural_key)):
             yield ctx.graded(ctx.severity("unselected_compute_severity"), setting.name,
                              f"{_origin(setting)} leaves out GPU NICs {', '.join(left)}: their GPUs' traffic "
                              "crosses to another NIC", evidence={"listed": items[:EVIDENCE_ITEMS], "gpu_nics": fabric},
                              rule="unselected_compute_severity",
                              remedy=_remedy(setting, f"add {', '.join(left)}"))
+
+
+def _tcpx_fix(name: str, fabric: dict[str, list[str]], netdevs: dict[str, Netdev]) -> str:
+    """The value that names the GPU NICs that are up; a control device is the node's other NIC, named in words."""
+    if name in TCPX_CONTROL_DEVICES:
+        return "name the control NIC (the primary interface, not a GPU NIC) that is up (`ip -br link`)"
+    up = [nic for nic in sorted(fabric, key=natural_key) if nic in netdevs and netdevs[nic].operstate == "up"]
+    return (f"write {name}={','.join(up)} (the GPU NICs that are up)" if up
+            else "name the GPU NICs once they are up (`ip -br link`; fabric-netdevs says why they are not)")
 
 
 def _selects_efa(value: str) -> bool:

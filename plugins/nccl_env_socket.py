@@ -16,13 +16,13 @@ NCCL then fails with an address of family 0).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 
 from netdoctor.checks import CheckContext, Finding
 from netdoctor.inventory.model import Netdev
 from netdoctor.parsers.nccl_env import NcclSettings, Setting, parse_device_filter
-from netdoctor.util import cut_text, listed
+from netdoctor.util import cut_text, listed, natural_key
 from netdoctor_plugins.nccl_env_text import EVIDENCE_ITEMS, SHOWN, origin, remedy
 
 MAX_IFS = 16                          # src/include/socket.h: the entries NCCL reads of the list
@@ -63,7 +63,7 @@ def socket_ifname(ctx: CheckContext, nccl: NcclSettings) -> Iterator[Finding]:
                          f"{origin(setting)} gives NCCL no usable interface ({state}): NCCL's bootstrap "
                          "fails and jobs do not start", evidence={"selected": selected[:EVIDENCE_ITEMS]},
                          rule="socket_ifname_severity",
-                         remedy=remedy(setting, "name an interface that is up (ip -br link)"))
+                         remedy=remedy(setting, "name an interface that is up" + _candidates(netdevs.values(), family)))
         return
     yield from _addresses(ctx, setting, [netdevs[name] for name in up], family)
     if not selection.exclude:
@@ -95,7 +95,8 @@ def _addresses(ctx: CheckContext, setting: Setting, up: list[Netdev], family: in
                          "NCCL finds an interface only through its address, so bootstrap finds none and jobs "
                          "do not start", evidence=evidence, rule="socket_ifname_address_severity",
                          remedy=f"give {names[0]} its address (`ip -br addr show {names[0]}`; the node's network "
-                                "configuration), or " + remedy(setting, "name an interface that has one"))
+                                "configuration), or " + remedy(setting, "name an interface that has one"
+                                                                 + _candidates(ctx.inventory.netdevs, family)))
         return
     if all(address.version == 6 and address.ip.is_link_local for found in usable.values() for address in found):
         names = [name for name, found in usable.items() if found]
@@ -105,4 +106,20 @@ def _addresses(ctx: CheckContext, setting: Setting, up: list[Netdev], family: in
                          "scope, and peers reach it only where the same index names the same link; bootstrap "
                          "across nodes can time out", evidence=evidence, rule="socket_ifname_link_local_severity",
                          remedy=f"give {names[0]} an IPv4 or global IPv6 address, or "
-                                + remedy(setting, "name an interface that has one"))
+                                + remedy(setting, "name an interface that has one"
+                                         + _candidates(ctx.inventory.netdevs, family, routable=True)))
+
+
+def _candidates(netdevs: Iterable[Netdev], family: int | None, *, routable: bool = False) -> str:
+    """` (up here: eth0, ib0)`: the interfaces NCCL could use (with an address, where addresses were read)."""
+    found = []
+    for netdev in sorted(netdevs, key=lambda item: natural_key(item.name)):
+        if netdev.name == "lo" or netdev.operstate not in _RUNNING:
+            continue
+        if netdev.addresses is not None:
+            usable = [address for address in _usable_addresses(netdev, family)
+                      if not (routable and address.version == 6 and address.ip.is_link_local)]
+            if not usable:
+                continue
+        found.append(netdev.name)
+    return f" (up here: {listed(found, SHOWN)}; `ip -br addr` shows their addresses)" if found else " (`ip -br addr`)"

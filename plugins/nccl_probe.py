@@ -12,6 +12,7 @@ would drain every node.
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Iterator
@@ -31,10 +32,19 @@ SLOW_REMEDY = ("compare with `nvidia-smi topo -m` and `nvidia-smi nvlink -s`; ch
 TIMEOUT_REMEDY = ("drain the node; look for a stuck GPU (`nvidia-smi`, Xid errors in `dmesg`), "
                   "then reset the GPUs or reboot")
 WRONG_REMEDY = "drain the node: an all-reduce gave a wrong sum; check `dmesg` for Xid errors and run GPU diagnostics"
-BUDGET_REMEDY = ("give the probe more time: `netdoctor check --deadline SECONDS` (the probe gets about half) "
-                 "or `netdoctor probe --budget SECONDS`")
 _SKIP_REMEDY = {"no-nccl": "install NCCL: `pip install netdoctor[probe]` or the system libnccl2 package",
                 "no-nccl-tests": "put nccl-tests' all_reduce_perf on PATH, or use `--engine nccl`"}
+
+
+def _budget_remedy(probe: ProbeResult) -> str:
+    """More time for the probe: twice what it had (at least what it needs), as both commands take it."""
+    had = probe.budget_s or probe.duration_s
+    seconds = math.ceil(max(2 * had, probe.min_budget_s or 0.0)) if had else 0
+    if seconds <= 0:
+        return ("give the probe more time: a larger `--deadline` of `netdoctor check` (the probe gets about half) "
+                "or `--budget` of `netdoctor probe` (how long it had is not known)")
+    return (f"give the probe more time: `netdoctor check --deadline {2 * seconds}` (the probe gets about half) "
+            f"or `netdoctor probe --budget {seconds}`")
 
 
 def _fraction_rule(ctx: CheckContext, key: str) -> float:
@@ -113,12 +123,12 @@ def nccl_probe(ctx: CheckContext) -> Iterator[Finding]:
         return
     if status == "timeout" and probe.reason_code == "init-timeout":
         # Killed before NCCL init finished: too little time is as likely as a hang.
-        yield ctx.unknown("node", reason or "timeout during NCCL init", evidence=base, remedy=BUDGET_REMEDY)
+        yield ctx.unknown("node", reason or "timeout during NCCL init", evidence=base, remedy=_budget_remedy(probe))
         return
     if status == "error" and probe.reason_code == "budget-too-short":
         yield ctx.unknown("node", reason, evidence={**base, "budget_s": probe.budget_s,
                                                     "min_budget_s": probe.min_budget_s},
-                          remedy=BUDGET_REMEDY)
+                          remedy=_budget_remedy(probe))
         return
     if status == "timeout":
         yield ctx.graded(ctx.severity("timeout_status"), "node", reason if reason.startswith("probe timed out") else f"probe timed out: {reason}",
@@ -142,7 +152,7 @@ def _judge_bandwidth(ctx: CheckContext, probe: ProbeResult, base: dict[str, Any]
         truncated = probe.truncated
         if truncated:
             yield ctx.unknown("node", f"probe returned no measurements: {truncated}", evidence=base,
-                              remedy=BUDGET_REMEDY)
+                              remedy=_budget_remedy(probe))
         else:
             yield ctx.unknown("node", "probe returned no measurements", evidence=base)
         return
@@ -193,10 +203,16 @@ def _judge_bandwidth(ctx: CheckContext, probe: ProbeResult, base: dict[str, Any]
     else:
         yield ctx.graded(status, "node", f"{sentence}, below {pass_fraction:.0%}", evidence=evidence, rule=rule,
                          remedy=SLOW_REMEDY)
-    yield from _localise(ctx, probe.localisation)
+    yield from _localise(ctx, probe.localisation, _smi_ids(probe))
 
 
-def _localise(ctx: CheckContext, rows: tuple[LocalisationRow, ...]) -> Iterator[Finding]:
+def _smi_ids(probe: ProbeResult) -> dict[int, str]:
+    """The probe's CUDA ordinal -> what `nvidia-smi -i` takes for that GPU: its PCI bus id (the
+    worker's ordinals follow CUDA_VISIBLE_DEVICES, nvidia-smi's indices do not)."""
+    return {device.index: device.pci_bus_id for device in probe.devices or () if device.pci_bus_id}
+
+
+def _localise(ctx: CheckContext, rows: tuple[LocalisationRow, ...], smi: dict[int, str]) -> Iterator[Finding]:
     """Name the GPU (or pair) that is slow compared with its peers in the localisation runs."""
     slow_fraction = _fraction_rule(ctx, "localise_slow_fraction")
     for direction in ("host-to-device", "device-to-host"):
@@ -212,7 +228,8 @@ def _localise(ctx: CheckContext, rows: tuple[LocalisationRow, ...]) -> Iterator[
                                f"{row.gbps / reference:.0%} of the other GPUs' {reference:.1f} GB/s: "
                                "its PCIe link is the likely bottleneck",
                                evidence=row.to_json(), rule="localise_slow_fraction",
-                               remedy="check this GPU's PCIe link (`nvidia-smi -q -d PCIE`) and its slot/riser")
+                               remedy=f"check this GPU's PCIe link (`nvidia-smi -q -d PCIE -i {smi.get(gpu, gpu)}`) and its "
+                                      "slot/riser")
     pairs = [row for row in rows if row.kind == "pair" and row.busbw_gbps is not None]
     if len(pairs) < 3:
         return
@@ -232,7 +249,9 @@ def _localise(ctx: CheckContext, rows: tuple[LocalisationRow, ...]) -> Iterator[
         yield ctx.warn(f"GPU{gpu}", f"slow in both neighbour pairs ({'; '.join(rows_of_gpu)}), the other pairs reach "
                        f"{statistics.median(row.busbw_gbps for row in pairs):.1f} GB/s",
                        evidence={"pairs": [row.to_json() for row, _ in slow if gpu in row.gpus]},
-                       rule="localise_slow_fraction", remedy="check this GPU's NVLinks: `nvidia-smi nvlink -s -i N`")
+                       rule="localise_slow_fraction",
+                       remedy=f"check this GPU's NVLinks: `nvidia-smi nvlink -s -i {smi.get(gpu, gpu)}` and "
+                              f"`nvidia-smi nvlink -e -i {smi.get(gpu, gpu)}`")
     for row, reference in slow:
         first, second = row.gpus
         if counts.get(first, 0) >= 2 or counts.get(second, 0) >= 2:
@@ -240,4 +259,5 @@ def _localise(ctx: CheckContext, rows: tuple[LocalisationRow, ...]) -> Iterator[
         yield ctx.warn(f"GPU{first}", f"the GPU{first}<->GPU{second} path is slow: {row.busbw_gbps:.1f} GB/s, "
                        f"{row.busbw_gbps / reference:.0%} of the other pairs' {reference:.1f} GB/s",
                        evidence=row.to_json(), rule="localise_slow_fraction",
-                       remedy="check the NVLinks between the two GPUs: `nvidia-smi nvlink -s`")
+                       remedy=f"check the NVLinks between the two GPUs: `nvidia-smi nvlink -s -i {smi.get(first, first)}` "
+                              f"and `nvidia-smi nvlink -s -i {smi.get(second, second)}`; `nvidia-smi topo -m` shows the path")

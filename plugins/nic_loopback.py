@@ -21,6 +21,7 @@ from typing import Any
 from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.inventory.model import Inventory
 from netdoctor.inventory.queries import path_from_root
+from netdoctor_plugins.remedy_words import commands
 
 CHECK_ID = "nic-loopback"
 ENGINE_REMEDY = "install NCCL (`pip install netdoctor[probe]` or libnccl2) or perftest (ib_write_bw)"
@@ -62,7 +63,8 @@ def _judge(ctx: CheckContext, rail: Any, measured: dict[str, float]) -> Iterator
         elif rail.status == "timeout":
             yield ctx.graded(ctx.severity("timeout_severity"), rail.port, f"{rail.port}: traffic through the NIC "
                              f"did not finish: {rail.reason}", evidence=_evidence(rail), rule="timeout_severity",
-                             remedy="look for Xid errors (`dmesg`) and the port's state; rerun with a longer --deadline")
+                             remedy=f"look for Xid errors (`dmesg`) and the port's state (`ibstat {_device(rail)} "
+                                    f"{_port_number(rail)}`); rerun with a longer --deadline")
         else:
             yield ctx.unknown(rail.port, f"{rail.port}: no traffic measured: {rail.reason}", evidence=_evidence(rail))
         return
@@ -70,8 +72,8 @@ def _judge(ctx: CheckContext, rail: Any, measured: dict[str, float]) -> Iterator
         yield ctx.graded(ctx.severity("not_rdma_severity"), rail.port,
                          f"{rail.port}: NCCL did not use the NIC: the traffic went {rail.transport} "
                          f"({_speed(rail.bandwidth_gbps, rate)})", evidence=_evidence(rail), rule="not_rdma_severity",
-                         remedy="NCCL found no usable RDMA device: check `ibv_devinfo`, the port state, rdma-core "
-                                "and NCCL's log (NCCL_DEBUG=INFO) for 'NET/IB : No device found'")
+                         remedy=f"NCCL found no usable RDMA device: check `ibv_devinfo -d {_device(rail)}`, the port "
+                                "state, rdma-core and NCCL's log (NCCL_DEBUG=INFO) for 'NET/IB : No device found'")
         return
     if rail.gdr is False and _gdr_expected(ctx.loopback.rail(rail.port)):
         yield ctx.graded(ctx.severity("gdr_not_used_severity"), rail.port,
@@ -114,9 +116,19 @@ def _speed(bandwidth: float | None, rate: float | None) -> str:
     return f"{bandwidth:g} Gb/s" + (f" of {rate:g}" if rate else "")
 
 
+def _device(rail: Any) -> str:
+    return str(rail.port).rpartition(":")[0] or str(rail.port)
+
+
+def _port_number(rail: Any) -> str:
+    return str(rail.port).rpartition(":")[2] if ":" in str(rail.port) else "1"
+
+
 def _slow_remedy(rail: Any) -> str:
-    return (f"check the PCIe links of GPU{rail.gpu} and {rail.port.split(':')[0]} (pcie-link), ACS on their switch "
-            "(pcie-p2p-path) and the HCA's firmware; compare with `ib_write_bw --use_cuda` on that device")
+    device, gpu = _device(rail), rail.gpu
+    return (f"check the PCIe links of GPU{gpu} and {device} (pcie-link), ACS on their switch (pcie-p2p-path) and the "
+            f"HCA's firmware; compare with perftest on that device: `ib_write_bw -d {device} -i {_port_number(rail)} "
+            f"--use_cuda={gpu} &` then `ib_write_bw -d {device} -i {_port_number(rail)} --use_cuda={gpu} localhost`")
 
 
 def _gdr_expected(requested: Any) -> bool:
@@ -134,16 +146,11 @@ def _gdr_causes(inventory: Inventory, rail: Any) -> list[str]:
         dmabuf = gpu.dmabuf_supported if gpu is not None else None
         causes.append("nvidia_peermem is not loaded" + (" and DMA-BUF is not supported" if dmabuf is False else
                                                          " (DMA-BUF support unknown)" if dmabuf is None else ""))
-    tree = inventory.pci_tree or {}
-    hca = inventory.hca(rail.port.split(":")[0])
-    paths = [path_from_root(tree, address) for address in (gpu.pci_address if gpu else None,
-                                                           hca.pci_address if hca else None) if address in tree]
-    bridges = {address for path in paths for address in path[:-1]}
-    redirecting = sorted(address for address in bridges
-                         if (bridge := tree.get(address)) is not None and bridge.acs is not None and bridge.acs.redirects)
+    redirecting = _redirecting(inventory, rail)
     if redirecting:
         causes.append(f"ACS redirection on {', '.join(redirecting)}")
-    translated = sorted({function.iommu_type for path in paths for address in path[-1:]
+    tree = inventory.pci_tree or {}
+    translated = sorted({function.iommu_type for address in _endpoints(inventory, rail)
                          if (function := tree.get(address)) is not None and function.iommu_type in ("DMA", "DMA-FQ")})
     if translated:
         causes.append(f"IOMMU in translated mode ({', '.join(translated)})")
@@ -151,6 +158,23 @@ def _gdr_causes(inventory: Inventory, rail: Any) -> list[str]:
     if level is not None:
         causes.append(f"NCCL_NET_GDR_LEVEL={level.value} ({level.origin})")
     return causes
+
+
+def _endpoints(inventory: Inventory, rail: Any) -> list[str]:
+    """The PCI functions of the rail's GPU and NIC that the PCIe tree holds."""
+    gpu = next((gpu for gpu in inventory.gpus if gpu.index == rail.gpu), None)
+    hca = inventory.hca(_device(rail))
+    tree = inventory.pci_tree or {}
+    return [address for address in (gpu.pci_address if gpu else None, hca.pci_address if hca else None)
+            if address is not None and address in tree]
+
+
+def _redirecting(inventory: Inventory, rail: Any) -> list[str]:
+    """The bridges above the rail's GPU and NIC whose ACS redirects peer-to-peer traffic."""
+    tree = inventory.pci_tree or {}
+    bridges = {address for endpoint in _endpoints(inventory, rail) for address in path_from_root(tree, endpoint)[:-1]}
+    return sorted(address for address in bridges
+                  if (bridge := tree.get(address)) is not None and bridge.acs is not None and bridge.acs.redirects)
 
 
 def _cause_text(inventory: Inventory, rail: Any) -> str:
@@ -163,7 +187,8 @@ def _gdr_remedy(inventory: Inventory, rail: Any) -> str:
     if "nvidia_peermem" in causes:
         return "modprobe nvidia-peermem (or use the open kernel modules with DMA-BUF); see the gpudirect check"
     if "ACS" in causes:
-        return "disable ACS redirection on the PCIe switch ports (see the pcie-p2p-path check)"
+        return ("disable ACS redirection on the PCIe switch ports (see the pcie-p2p-path check): "
+                + commands("`setpci -s {} ECAP_ACS+0x6.w=0000`", _redirecting(inventory, rail)))
     if "IOMMU" in causes:
         return "boot with iommu=pt (see the pcie-p2p-path check)"
     return "run with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and read why NCCL disabled GPU Direct RDMA"

@@ -34,14 +34,16 @@ from netdoctor.probe.expectation import nvlink_version_name
 from netdoctor.util import duration_text
 
 CHECK_ID = "nvlink"
-REMEDY_DOWN = ("reset the GPU when idle (`nvidia-smi -r -i N`) or reboot; if the links stay down, reseat the GPU "
-               "tray / baseboard and open a hardware case (NVLink down is a board or NVSwitch fault)")
-REMEDY_ERRORS = ("drain the node and run the NVLink diagnostics (`dcgmi diag -r 3` or the vendor's field "
-                 "diagnostics); growing replay/recovery/symbol errors mean a marginal link that will drop under load")
-REMEDY_BER = ("drain the node and run the NVLink field diagnostics (`dcgmi diag -r 3`); on an NVL72 tray check "
+REMEDY_DOWN = ("reset the GPU when idle (`nvidia-smi -r -i {n}`) or reboot; `nvidia-smi nvlink -s -i {n}` shows each "
+               "link's state; if the links stay down, reseat the GPU tray / baseboard and open a hardware case (NVLink "
+               "down is a board or NVSwitch fault)")
+REMEDY_ERRORS = ("drain the node and run the NVLink diagnostics (`dcgmi diag -r 3 -i {n}` or the vendor's field "
+                 "diagnostics); `nvidia-smi nvlink -e -i {n}` shows the error counters; growing replay/recovery/symbol "
+                 "errors mean a marginal link that will drop under load")
+REMEDY_BER = ("drain the node and run the NVLink field diagnostics (`dcgmi diag -r 3 -i {n}`); on an NVL72 tray check "
               "the tray's seating and the NVLink cable cartridge of that link before replacing parts")
-REMEDY_WATCH = ("watch the link: run netdoctor again after the next job (or `dcgmi health -c` with the NVLink watch "
-                "set); if the errors keep growing, drain the node and run `dcgmi diag -r 3`")
+REMEDY_WATCH = ("watch the link: run netdoctor again after the next job (`nvidia-smi nvlink -e -i {n}` shows the counters "
+                "now); if the errors keep growing, drain the node and run `dcgmi diag -r 3 -i {n}`")
 
 
 @check(CHECK_ID, "NVLinks per GPU: active vs expected, link state, speed and version alike, error counters by growth",
@@ -76,22 +78,23 @@ def _judge_gpu(ctx: CheckContext, gpu: Gpu, expected: int | None, node_version: 
     evidence: dict[str, Any] = {"active": active, "total": gpu.nvlink_total, "expected": expected,
                                 "version": gpu.nvlink_version, "inactive_links": inactive}
     problems = 0
+    down = REMEDY_DOWN.format(n=gpu.index)
     if expected is not None and active < expected:
         problems += 1
         links = f": link{'s' if len(inactive) > 1 else ''} {', '.join(map(str, inactive))} inactive" if inactive else ""
         yield ctx.fail(subject, f"{active} of {expected} NVLinks active{links}; NCCL routes around them and "
-                       "every collective on this node slows", evidence=evidence, remedy=REMEDY_DOWN, rule="expected_links")
+                       "every collective on this node slows", evidence=evidence, remedy=down, rule="expected_links")
     if node_version is not None and gpu.nvlink_version not in (None, node_version):
         problems += 1
         yield ctx.warn(subject, f"NVLink {version_name or gpu.nvlink_version} where the node's other GPUs run "
-                       f"NVLink {nvlink_version_name(node_version) or node_version}", evidence=evidence, remedy=REMEDY_DOWN)
+                       f"NVLink {nvlink_version_name(node_version) or node_version}", evidence=evidence, remedy=down)
     slow = [link for link in gpu.nvlinks if link.active and node_speed and link.speed_mbps and link.speed_mbps < node_speed]
     if slow:
         problems += 1
         yield ctx.warn(subject, f"NVLink {', '.join(str(link.link) for link in slow)} at "
                        f"{min(link.speed_mbps or 0 for link in slow)} MB/s, the node's links run at {node_speed} MB/s",
                        evidence={**evidence, "slow_links": {link.link: link.speed_mbps for link in slow}},
-                       remedy=REMEDY_DOWN)
+                       remedy=down)
     for finding in (*_judge_errors(ctx, gpu, subject), *_judge_ber(ctx, gpu, subject)):
         problems += 1
         yield finding
@@ -147,7 +150,7 @@ def _judge_errors(ctx: CheckContext, gpu: Gpu, subject: str) -> Iterator[Finding
     if failed:
         text = "; ".join(f"{item.text()} ({limit})" for item, limit, _ in failed)
         yield ctx.fail(subject, f"NVLink errors past their rate limit: {text}", evidence=evidence,
-                       remedy=REMEDY_ERRORS, rule=failed[0][2])
+                       remedy=REMEDY_ERRORS.format(n=gpu.index), rule=failed[0][2])
     if warned:
         text = ", ".join(item.text() for item, _ in warned)
         if any(item.growth for item, _ in warned):
@@ -155,7 +158,8 @@ def _judge_errors(ctx: CheckContext, gpu: Gpu, subject: str) -> Iterator[Finding
                        "replay/recovery/symbol error growth as an error (below the pack's fail rate)")
         else:
             summary = f"NVLink errors with no earlier reading to tell growth: {text}"
-        yield ctx.warn(subject, summary, evidence=evidence, remedy=REMEDY_WATCH, rule=warned[0][1])
+        yield ctx.warn(subject, summary, evidence=evidence, remedy=REMEDY_WATCH.format(n=gpu.index),
+                       rule=warned[0][1])
 
 
 def _counts(ctx: CheckContext, gpu: Gpu) -> Iterator[_Count]:
@@ -233,7 +237,7 @@ def _judge_ber(ctx: CheckContext, gpu: Gpu, subject: str) -> Iterator[Finding]:
     yield ctx.graded(ctx.severity("effective_ber_severity"), subject,
                      f"NVLink effective BER past {limit:g} (errors left after FEC): {text}",
                      evidence={"effective_ber": {link.link: link.effective_ber for link in high}, "limit": limit},
-                     remedy=REMEDY_BER, rule="effective_ber_limit")
+                     remedy=REMEDY_BER.format(n=gpu.index), rule="effective_ber_limit")
 
 
 def _majority(values: list[Any]) -> Any:

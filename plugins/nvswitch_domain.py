@@ -39,10 +39,13 @@ IMEX = "nvidia-imex"
 IMEX_DOMAIN = "IMEX domain"
 IMEX_SOURCE = "nvidia-imex-ctl-N"
 REMEDY_SERVICE = ("`systemctl restart {unit}` and read why it stopped: `journalctl -u {unit} -b`; its version must "
-                  "match the NVIDIA driver's exactly (`nv-fabricmanager --version` vs `nvidia-smi`)")
-REMEDY_TRAY = ("check `nvidia-smi -q | grep -A14 Fabric` on this tray; a tray in no NVLink domain was not placed in the "
-               "rack's NVLink partition: check the switch trays' fabric manager (NMX-C: `nv show sdn partition`) and "
-               "this tray's NVLink cables, then reset the GPUs or reboot the tray")
+                  "match the NVIDIA driver's exactly ({versions})")
+# How each unit's version is compared with the driver's (`nvidia-smi` prints the driver's).
+SERVICE_VERSIONS = {"nvidia-fabricmanager": "`nv-fabricmanager --version` vs `nvidia-smi`"}
+REMEDY_TRAY = ("check `nvidia-smi -q -i {pci} | grep -A14 Fabric` on this tray; a tray in no NVLink domain was not "
+               "placed in the rack's NVLink partition: check the switch trays' fabric manager (NMX-C: `nv show sdn "
+               "partition`) and this tray's NVLink cables, then reset the GPU (`nvidia-smi -r -i {pci}`) or reboot "
+               "the tray")
 REMEDY_IMEX = ("run `nvidia-imex-ctl -N` on every node of the domain and read /var/log/nvidia-imex.log; "
                "/etc/nvidia-imex/nodes_config.cfg must be the same on all of them (a mismatch shows as `!M!`); after "
                "a change restart nvidia-imex on every node (IMEX keeps blocking mismatched nodes until then)")
@@ -129,8 +132,8 @@ def judge_tray_gpu(ctx: CheckContext, gpu: Gpu, fabric: GpuFabric, fabric_failed
         problems.insert(0, (ctx.severity("no_domain_severity"), "no_domain_severity",
                             f"in no NVLink domain (clique {fabric.clique_id}, cluster UUID {fabric.cluster_uuid}): "
                             "its NVLinks reach no other tray"))
-    remedy = REMEDY_TRAY + (f"; the driver asks for `{RECOVER_IMEX}`: {REMEDY_IMEX}"
-                            if gpu.recovery_action == RECOVER_IMEX else "")
+    remedy = REMEDY_TRAY.format(pci=gpu.pci_address or gpu.index) + (
+        f"; the driver asks for `{RECOVER_IMEX}`: {REMEDY_IMEX}" if gpu.recovery_action == RECOVER_IMEX else "")
     if problems:
         status, rule = worst(problems)
         return ctx.finding(status, subject, "NVL72 tray GPU " + "; ".join(words for _, _, words in problems),
@@ -141,7 +144,8 @@ def judge_tray_gpu(ctx: CheckContext, gpu: Gpu, fabric: GpuFabric, fabric_failed
 
 def judge_service(ctx: CheckContext, unit: str, why_needed: str) -> Iterator[Finding]:
     service = ctx.inventory.services.get(unit)
-    remedy = REMEDY_SERVICE.format(unit=unit)
+    versions = SERVICE_VERSIONS.get(unit, f"the {unit} package's version vs the driver's in `nvidia-smi`")
+    remedy = REMEDY_SERVICE.format(unit=unit, versions=versions)
     if service is None:
         yield ctx.unknown(unit, f"{unit} is needed ({why_needed}) but its state is not known: "
                           f"{ctx.inventory.source(f'systemctl-show-{unit}').reason()}")

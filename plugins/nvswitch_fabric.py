@@ -37,8 +37,9 @@ from netdoctor_plugins.nvswitch_domain import (
 
 CHECK_ID = "nvswitch-fabric"
 FABRIC_MANAGER = "nvidia-fabricmanager"
-REMEDY_FABRIC = ("check `nvidia-smi -q | grep -A4 Fabric` and the fabric manager log "
-                 "(/var/log/fabricmanager.log); restart nvidia-fabricmanager, then reset the GPUs or reboot")
+REMEDY_FABRIC = ("check `nvidia-smi -q -i {pci} | grep -A4 Fabric` and the fabric manager log "
+                 "(/var/log/fabricmanager.log); restart it (`systemctl restart nvidia-fabricmanager`), then reset the "
+                 "GPU (`nvidia-smi -r -i {pci}`) or reboot")
 
 
 @check(CHECK_ID, "NVSwitch fabric: fabric manager (and IMEX in an NVLink domain) running, every GPU's fabric state "
@@ -90,11 +91,11 @@ def _registration(ctx: CheckContext, gpu: Gpu, fabric: GpuFabric) -> Finding | N
     if fabric.state == "in_progress":
         return ctx.finding(ctx.severity("in_progress_severity"), subject,
                            "fabric registration still in progress: CUDA work waits until it completes",
-                           evidence=evidence, remedy=REMEDY_FABRIC, rule="in_progress_severity")
+                           evidence=evidence, remedy=_fabric_remedy(gpu), rule="in_progress_severity")
     detail = f"fabric state {fabric.state}" + (f", status {fabric.status}" if fabric.status else "")
     return ctx.finding(ctx.severity("fabric_failed_severity"), subject,
                        f"{detail}: the GPU is not part of the NVLink fabric (CUDA/NCCL cannot use its NVLinks)",
-                       evidence=evidence, remedy=REMEDY_FABRIC, rule="fabric_failed_severity")
+                       evidence=evidence, remedy=_fabric_remedy(gpu), rule="fabric_failed_severity")
 
 
 def _healthy(ctx: CheckContext, gpu: Gpu, fabric: GpuFabric, managed_here: bool) -> Finding:
@@ -104,10 +105,14 @@ def _healthy(ctx: CheckContext, gpu: Gpu, fabric: GpuFabric, managed_here: bool)
     if problems:
         status, rule = worst(problems)
         return ctx.finding(status, subject, "fabric registration completed, but " + "; ".join(
-            words for _, _, words in problems), evidence=evidence, remedy=REMEDY_FABRIC, rule=rule)
+            words for _, _, words in problems), evidence=evidence, remedy=_fabric_remedy(gpu), rule=rule)
     where = "" if managed_here else " (no NVSwitch visible here: the host manages the fabric)"
     health = "" if fabric.health_summary in (None, "not_supported") else f"; {health_words(fabric)}"
     return ctx.passed(subject, f"fabric registration completed{where}{health}", evidence=evidence)
+
+
+def _fabric_remedy(gpu: Gpu) -> str:
+    return REMEDY_FABRIC.format(pci=gpu.pci_address or gpu.index)
 
 
 def _tray_unknown(ctx: CheckContext, gpu: Gpu, fabric: GpuFabric | None) -> Finding:

@@ -26,15 +26,14 @@ from netdoctor.inventory.model import Gpu, Hca, Inventory, PciPathFunction, Pcie
 from netdoctor.inventory.queries import path_from_root, pci_endpoints, virtual_function_note
 from netdoctor.report.model import STATUS_SEVERITY
 from netdoctor.util import natural_key
+from netdoctor_plugins.remedy_words import bridge_above
 
 CHECK_ID = "pcie-link"
-GPU_REMEDY = ("reseat the GPU (or its baseboard/riser), check the slot's BIOS link setting and the retimers; "
-              "`nvidia-smi -q -d PCIE` shows the link under load")
-NIC_REMEDY = ("reseat the NIC or its riser, check the slot's BIOS link setting; "
-              "`lspci -vv -s ADDRESS | grep -E 'LnkCap|LnkSta'` shows capability and state")
-NIC_SPEED_REMEDY = ("compare with the slot: `lspci -vv -s ADDRESS | grep -E 'LnkCap|LnkSta'` gives the card's "
-                    "own maximum and the trained speed; the upstream port (the bridge above ADDRESS in "
-                    "`lspci -tv`) shows the slot's in its LnkCap. If the slot's LnkCap is the lower speed the "
+LINK_STATE = "`lspci -vv -s {address} | grep -E 'LnkCap|LnkSta'`"
+NIC_REMEDY = ("reseat the NIC or its riser, check the slot's BIOS link setting; " + LINK_STATE
+              + " shows capability and state")
+NIC_SPEED_REMEDY = ("compare with the slot: " + LINK_STATE + " gives the card's own maximum and the trained speed; "
+                    "{upstream} shows the slot's in its LnkCap. If the slot's LnkCap is the lower speed the "
                     "slot is the limit (move the card to a faster slot); if not, reseat the card or riser and "
                     "check the slot's BIOS link setting")
 # Software RDMA devices have no PCI function: soft-RoCE (rxe) and soft-iWARP (siw).
@@ -134,8 +133,14 @@ def _judge_gpu(ctx: CheckContext, gpu: Gpu) -> Finding:
         verdicts.append(_judge_gpu_speed(ctx, gpu, link))
     if "conflict" in notes:
         verdicts.append(Verdict(Status.PASS, "NVML and sysfs disagree; NVML used"))
-    return _combine(ctx, gpu.label, verdicts, evidence, GPU_REMEDY,
+    return _combine(ctx, gpu.label, verdicts, evidence, _gpu_remedy(gpu),
                     f"{_describe(link, True)} (max {_describe(link, False)})")
+
+
+def _gpu_remedy(gpu: Gpu) -> str:
+    state = f" and {LINK_STATE.format(address=gpu.pci_address)} its capability and state" if gpu.pci_address else ""
+    return ("reseat the GPU (or its baseboard/riser), check the slot's BIOS link setting and the retimers; "
+            f"`nvidia-smi -q -d PCIE -i {gpu.index}` shows the link under load{state}")
 
 
 def _judge_gpu_speed(ctx: CheckContext, gpu: Gpu, link: PcieLink) -> Verdict:
@@ -184,10 +189,13 @@ def _judge_nic(ctx: CheckContext, address: str, hcas: list[Hca]) -> Finding:
                                 "nic_low_speed_severity"))
     remedies = []
     if link.current_width < link.max_width:
-        remedies.append(NIC_REMEDY.replace("ADDRESS", address))
+        remedies.append(NIC_REMEDY.format(address=address))
     if slow_speed:
-        remedies.append(NIC_SPEED_REMEDY.replace("ADDRESS", address))
-    remedy = "; ".join(remedies) or NIC_REMEDY.replace("ADDRESS", address)
+        bridge = bridge_above(inventory, address)
+        upstream = (f"the upstream port {bridge} (`lspci -vv -s {bridge} | grep LnkCap`)" if bridge
+                    else f"the upstream port (the bridge above {address} in `lspci -tv`)")
+        remedies.append(NIC_SPEED_REMEDY.format(address=address, upstream=upstream))
+    remedy = "; ".join(remedies) or NIC_REMEDY.format(address=address)
     return _combine(ctx, address, verdicts, evidence, remedy,
                     f"{names}: {_describe(link, True)} (max {_describe(link, False)})")
 
@@ -279,9 +287,11 @@ def _judge_switch_uplinks(ctx: CheckContext) -> Iterator[Finding]:
                                     + f" ({devices} behind it)", "uplink_low_speed_severity"))
         elif cause:
             verdicts.append(Verdict(Status.PASS, f"at the most the link can train to: the {cause}"))
-        remedy = (f"the link between the switch ({address}) and its root port {function.parent}: check the "
-                  "baseboard/riser cabling and retimers, and the root port's BIOS link setting; "
-                  f"`lspci -vv -s {address} | grep -E 'LnkCap|LnkSta'` shows capability and state")
+        above = (f"its root port {function.parent}" if function.parent
+                 else "its root port (not in the PCIe tree read: `lspci -tv` shows it)")
+        remedy = (f"the link between the switch ({address}) and {above}: check the baseboard/riser cabling and "
+                  "retimers, and the root port's BIOS link setting; " + LINK_STATE.format(address=address)
+                  + " shows capability and state")
         yield _combine(ctx, address, verdicts, evidence, remedy,
                        f"PCIe switch uplink {_describe(link, True)} (max {_describe(link, False)}) for {devices}")
 

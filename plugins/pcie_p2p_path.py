@@ -23,6 +23,7 @@ from itertools import combinations
 from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.inventory.model import Inventory, PciPathFunction
 from netdoctor.inventory.queries import path_from_root, pci_endpoints
+from netdoctor_plugins.remedy_words import commands
 
 CHECK_ID = "pcie-p2p-path"
 TRANSLATED_IOMMU = ("DMA", "DMA-FQ")
@@ -31,8 +32,8 @@ REMEDY_ACS = ("clear it now with `setpci -s {bridge} ECAP_ACS+0x6.w=0000` (as ro
               "that setpci for every switch port at boot before jobs start. Keep ACS on hosts that pass GPUs to VMs")
 REMEDY_IOMMU = ("boot bare-metal GPU nodes with the IOMMU in pass-through: `iommu=pt` (Intel: `intel_iommu=on "
                 "iommu=pt`, AMD: `amd_iommu=on iommu=pt`) on the kernel command line, or disable it in the BIOS")
-REMEDY_ATS = ("enable ATS on the NIC (`mlxconfig -d <dev> set ATS_ENABLED=true`, then reboot the host) and on the "
-              "GPU as the hypervisor documents it, with ACS Direct Translated P2P on the host's switch ports")
+REMEDY_ATS_GPU = ("on the GPU as the hypervisor documents it, with ACS Direct Translated P2P on the host's switch "
+                  "ports")
 
 
 @check(CHECK_ID, "PCIe paths between GPUs and NICs (and GPUs without NVLink): no ACS redirection below the switch "
@@ -153,10 +154,13 @@ def _judge_ats(ctx: CheckContext, endpoints: dict[str, tuple[str, str]], pairs: 
     off = [label for label, enabled in ats.items() if enabled is False]
     where = f"virtual machine ({ctx.inventory.virtualization}): ACS is the host's to set"
     if off:
+        nics = [address for address in involved if endpoints[address][1] == "nic" and tree[address].ats_enabled is False]
+        on_nics = (f"enable ATS on the NICs ({commands('`mlxconfig -d {} set ATS_ENABLED=true`', nics)}, then "
+                   "reboot the host) and " if nics else "enable ATS ")
         yield ctx.finding(ctx.severity("vm_ats_disabled_severity"), "ats",
                           f"{where}, and ATS is off on {_listed(off)}: peer-to-peer requests cannot take the "
                           "direct translated route and go up to the host's root complex", evidence=evidence,
-                          remedy=REMEDY_ATS, rule="vm_ats_disabled_severity")
+                          remedy=on_nics + REMEDY_ATS_GPU, rule="vm_ats_disabled_severity")
     elif any(enabled is None for enabled in ats.values()):
         unseen = [label for label, enabled in ats.items() if enabled is None]
         yield ctx.unknown("ats", f"{where}; no ATS capability is visible on {_listed(unseen)} (the hypervisor hides "

@@ -66,10 +66,14 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
         "ecn_np": ecn_np.get(priority), "ecn_rp": ecn_rp.get(priority),
     }
     problems: list[Finding] = []
+    # A RoCE LAG bond is read and configured on its slaves: one command per slave.
+    targets = netdev.bond_slaves if netdev is not None and netdev.bond_slaves else (name,)
+    bond = f"{name}'s slaves" if targets != (name,) else ""
+    slaves = f" ({bond})" if bond else ""
+    pfc = ",".join("1" if p == priority else "0" for p in range(8))
     if qos is None:
         # A RoCE LAG bond's settings come from its slaves (mlnx_qos runs on them).
-        members = netdev.bond_slaves if netdev is not None and netdev.bond_slaves else (name,)
-        reason = unavailable_reason(ctx.inventory, *(f"mlnx_qos-{member}" for member in members))
+        reason = unavailable_reason(ctx.inventory, *(f"mlnx_qos-{member}" for member in targets))
         problems.append(ctx.unknown(name, f"PFC and trust mode of {name} unknown: {reason}", evidence=evidence))
     else:
         if priority not in qos.pfc_enabled:
@@ -78,17 +82,18 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
                 ctx.severity("pfc_missing_severity"), name,
                 f"PFC is off on RDMA priority {priority} of {name} (enabled on: {enabled}); RoCE runs lossy",
                 evidence=evidence, rule="rdma_priority",
-                remedy=f"mlnx_qos -i {name} --pfc {','.join('1' if p == priority else '0' for p in range(8))} "
-                       "(and persist it in the NIC/DCB configuration; match the switch's lossless priority)"))
+                remedy="; ".join(f"mlnx_qos -i {target} --pfc {pfc}" for target in targets)
+                       + f" ({bond + '; ' if bond else ''}and persist it in the NIC/DCB configuration; "
+                         "match the switch's lossless priority)"))
         others = sorted(set(qos.pfc_enabled) - {priority})
         if others and not ctx.rule("allow_pfc_on_other_priorities"):
             problems.append(ctx.graded(
                 ctx.severity("other_pfc_severity"), name,
                 f"PFC is also on for priorities {','.join(map(str, others))} of {name}: pauses spread to "
                 f"non-RDMA traffic", evidence=evidence, rule="allow_pfc_on_other_priorities",
-                remedy=f"enable PFC only on priority {priority}: mlnx_qos -i {name} --pfc "
-                       f"{','.join('1' if p == priority else '0' for p in range(8))}"))
-        problems += judge_chain(ctx, name, netdev, ports, qos, evidence)
+                remedy=f"enable PFC only on priority {priority}{slaves}: "
+                       + "; ".join(f"mlnx_qos -i {target} --pfc {pfc}" for target in targets)))
+        problems += judge_chain(ctx, name, netdev, ports, qos, evidence, targets)
         expected_trust = ctx.rule("expected_trust")
         if expected_trust:
             if qos.trust is None:
@@ -99,7 +104,8 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
                     ctx.severity("trust_mismatch_severity"), name,
                     f"{name} trusts {qos.trust}, expected {expected_trust}: RoCE packets may not land on "
                     f"priority {priority}", evidence=evidence, rule="expected_trust",
-                    remedy=f"mlnx_qos -i {name} --trust {expected_trust}"))
+                    remedy="; ".join(f"mlnx_qos -i {target} --trust {expected_trust}" for target in targets)
+                    + slaves))
     if ctx.rule("require_ecn"):
         missing = [point for point, table in (("np", ecn_np), ("rp", ecn_rp)) if table.get(priority) is None]
         disabled = [point for point, table in (("np", ecn_np), ("rp", ecn_rp)) if table.get(priority) is False]
@@ -108,8 +114,8 @@ def _judge_netdev(ctx: CheckContext, name: str, netdev: Netdev | None, ports: li
                 ctx.severity("ecn_missing_severity"), name,
                 f"RoCE ECN ({'/'.join(disabled)}) is off on priority {priority} of {name}: no DCQCN "
                 f"congestion control, PFC alone absorbs congestion", evidence=evidence, rule="require_ecn",
-                remedy="; ".join(f"echo 1 > /sys/class/net/{name}/ecn/roce_{point}/enable/{priority}"
-                                 for point in disabled)))
+                remedy="; ".join(f"echo 1 > /sys/class/net/{target}/ecn/roce_{point}/enable/{priority}"
+                                 for target in targets for point in disabled) + slaves))
         if missing:
             sysfs = ctx.inventory.source("sysfs")
             why = ("absent: the driver exposes no RoCE ECN controls" if sysfs.usable

@@ -25,8 +25,10 @@ from netdoctor.inventory.queries import nccl_traffic_class
 
 
 def judge_chain(ctx: CheckContext, name: str, netdev: Netdev | None, ports: list[str], qos: QosConfig,
-                evidence: dict[str, Any]) -> list[Finding]:
-    """Findings where NCCL's traffic or the CNPs land on a lossy priority; notes the chain in `evidence`."""
+                evidence: dict[str, Any], targets: tuple[str, ...] = ()) -> list[Finding]:
+    """Findings where NCCL's traffic or the CNPs land on a lossy priority; notes the chain in `evidence`.
+    `targets`: the netdevs a remedy configures (a RoCE LAG bond's slaves; else `name`)."""
+    targets = targets or (name,)
     if qos.trust != "dscp":
         return []
     port = ctx.inventory.port(ports[0]) if ports else None
@@ -53,11 +55,13 @@ def judge_chain(ctx: CheckContext, name: str, netdev: Netdev | None, ports: list
         # NVIDIA's RoCE DSCP 26 (ToS 106) where it lands on a PFC priority, else the first DSCP that does.
         tos_fix = next((dscp_value << 2 | 2 for dscp_value in (26, *range(64))
                         if qos.dscp_to_priority[dscp_value] in qos.pfc_enabled), None)
+        every_qp = (f"for every QP of the port: echo {tos_fix} > /sys/class/infiniband/{port.hca}/tc/{port.number}/"
+                    "traffic_class" if port is not None
+                    else f"for every QP of the port, through its RDMA device's tc/1/traffic_class (the RDMA device of "
+                         f"{name} is not known: find it with `ibdev2netdev`)")
         remedy = (f"send NCCL's traffic on a PFC priority: NCCL_IB_TC={tos_fix} (DSCP {tos_fix >> 2} → priority "
-                  f"{qos.dscp_to_priority[tos_fix >> 2]}) in /etc/nccl.conf or the job's environment, or for every "
-                  f"QP of the port: echo {tos_fix} > /sys/class/infiniband/{port.hca if port else 'DEV'}/tc/"
-                  f"{port.number if port else 1}/traffic_class" if tos_fix is not None
-                  else f"enable PFC on the RDMA priority of {name} first")
+                  f"{qos.dscp_to_priority[tos_fix >> 2]}) in /etc/nccl.conf or the job's environment, or {every_qp}"
+                  if tos_fix is not None else f"enable PFC on the RDMA priority of {name} first")
         # Unset where netdoctor looks, a job may still set it in its own environment (a prolog
         # sees the prolog's): that warns; a class set on the port or in NCCL's files that lands lossy fails.
         if traffic.configured:
@@ -82,6 +86,6 @@ def judge_chain(ctx: CheckContext, name: str, netdev: Netdev | None, ports: list
                 f"nor a CNP priority of the pack ({','.join(map(str, sorted(allowed))) or 'none'}): congestion "
                 "notifications dropped in congestion leave DCQCN blind", evidence=dict(evidence),
                 rule="cnp_priorities",
-                remedy=f"echo 48 > /sys/class/net/{name}/ecn/roce_np/cnp_dscp (DSCP 48 → priority 6, NVIDIA's CNP "
-                       "class; match the switch's CNP queue)"))
+                remedy="; ".join(f"echo 48 > /sys/class/net/{target}/ecn/roce_np/cnp_dscp" for target in targets)
+                       + " (DSCP 48 → priority 6, NVIDIA's CNP class; match the switch's CNP queue)"))
     return findings

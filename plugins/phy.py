@@ -41,6 +41,7 @@ from netdoctor_plugins.phy_rates import (
     since_last_run,
     usable_interval,
 )
+from netdoctor_plugins.remedy_words import commands, netdev_of
 
 CHECK_ID = "phy"
 SINCE_CLEAR = f"{PHY_PREFIX}since_clear_s"
@@ -237,6 +238,7 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port) -> Iterator[Finding]:
        needs=("rdma", "phy"), order=42)
 def phy(ctx: CheckContext) -> Iterator[Finding]:
     unread: list[tuple[str, str]] = []
+    devices: dict[str, str] = {}        # port -> its RDMA device, for the unread ones
     for hca, port, port_class in ctx.pack.classified_ports(ctx.inventory):
         through_pf = virtual_function_note(ctx.inventory, hca)
         if through_pf is not None:
@@ -249,14 +251,25 @@ def phy(ctx: CheckContext) -> Iterator[Finding]:
             yield ctx.skip(port.name, "not an InfiniBand or RoCE port (EFA, iWARP): no PHY counters read")
         elif (why := _unread(ctx, hca, port)) is not None:
             unread.append((port.name, why))
+            devices[port.name] = hca.name
         else:
             yield from _judge_port(ctx, hca, port)
-    remedy = ("run netdoctor as root with NVIDIA MFT installed (`mlxlink -d DEV -c`); `ethtool -S` reads RoCE "
-              "netdevs without it")
     if unread and not ctx.inventory.phy and not any(netdev.stats for netdev in ctx.inventory.netdevs):
         # Nothing read at all (no MFT, not root): one finding, not one per port.
         yield ctx.unknown("node", f"no physical-layer readings ({len(unread)} compute ports): {unread[0][1]}",
-                          evidence={"ports": [name for name, _ in unread]}, remedy=remedy)
+                          evidence={"ports": [name for name, _ in unread]},
+                          remedy=_unread_remedy(ctx, [name for name, _ in unread], devices))
     else:
         for name, why in unread:
-            yield ctx.unknown(name, f"physical layer of {name} not read: {why}", remedy=remedy)
+            yield ctx.unknown(name, f"physical layer of {name} not read: {why}",
+                              remedy=_unread_remedy(ctx, [name], devices))
+
+
+def _unread_remedy(ctx: CheckContext, ports: list[str], devices: Mapping[str, str]) -> str:
+    """Run as root with MFT, and the commands that read these ports' physical layer."""
+    netdevs = [name for port in ports if (found := ctx.inventory.port(port)) is not None
+               and found.link_layer is LinkLayer.ETHERNET and (name := netdev_of(ctx.inventory, found))]
+    ethtool = (f"; `ethtool -S` reads RoCE netdevs without it: {commands('`ethtool -S {}`', netdevs)}"
+               if netdevs else "")
+    return ("run netdoctor as root with NVIDIA MFT installed: "
+            f"{commands('`mlxlink -d {} -c`', [devices[port] for port in ports])}{ethtool}")

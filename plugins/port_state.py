@@ -106,8 +106,8 @@ _PHYS_STATE_CAUSES = {
                          "usually a cable/transceiver or speed mismatch with the switch port: check "
                          "`mlxlink -d {device}` and the switch port's speed settings"),
     PhysState.LINK_ERROR_RECOVERY: ("the link is in error recovery",
-                                    "check the cable and transceiver; see error-counters"),
-    PhysState.SLEEP: ("the port is asleep (no link)", "check the cable and the switch port"),
+                                    "check the cable and transceiver (`mlxlink -d {device} -m`); see error-counters"),
+    PhysState.SLEEP: ("the port is asleep (no link)", "check the cable and the switch port (`mlxlink -d {device}`)"),
 }
 
 
@@ -131,7 +131,8 @@ def _not_active_problem(hca: Hca, port: Port) -> tuple[str, str]:
         return (f"{states}: the link is up but no subnet manager configured the port", sm_remedy(port))
     if port.state is PortState.ARMED:
         return (f"{states}: the subnet manager configured the port but has not activated it",
-                "an SM sweep did not finish: check the SM log and `sminfo`; if it persists, bounce the port")
+                f"an SM sweep did not finish: check the SM log and `sminfo -C {port.hca} -P {port.number}`; if it "
+                "persists, bounce the port")
     if port.phys_state is PhysState.DISABLED:
         if ethernet and port.netdev:
             how = f"`ip link set {port.netdev} up`, or `mlxlink -d {device} -a UP`"
@@ -143,7 +144,8 @@ def _not_active_problem(hca: Hca, port: Port) -> tuple[str, str]:
     if port.phys_state in _PHYS_STATE_CAUSES:
         cause, remedy = _PHYS_STATE_CAUSES[port.phys_state]
         return (f"{states}: {cause}", remedy.format(device=device))
-    return (f"{states}: the port is not ACTIVE", "check the cable, the switch port and the subnet manager")
+    manager = "" if ethernet else f" and the subnet manager (`sminfo -C {device} -P {port.number}`)"
+    return (f"{states}: the port is not ACTIVE", f"check the cable, the switch port (`mlxlink -d {device}`){manager}")
 
 
 def _judge_port(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass | None) -> Iterator[Finding]:
@@ -170,7 +172,8 @@ def _judge_port(ctx: CheckContext, hca: Hca, port: Port, port_class: PortClass |
         yield ctx.graded(ctx.rule("degraded_active_severity"), port.name,
                          f"{_state_text(port)}: the port is active but its link is not fully up",
                          evidence=evidence, rule="degraded_active",
-                         remedy="watch it: a link stuck here is flapping; check the cable and error-counters")
+                         remedy="watch it: a link stuck here is flapping; check the cable"
+                                + ("" if is_efa(hca) else f" (`mlxlink -d {hca.name} -m`)") + " and error-counters")
         return
     if not port.is_active:
         by_design = _down_by_design(ctx, hca, port, port_class, evidence)
@@ -228,11 +231,14 @@ def _judge_subnet_managers(ctx: CheckContext, ports: list[tuple[Port, PortClass 
             yield ctx.passed("node", f"{who} SM LID 0x{lid:x}", evidence=evidence)
             continue
         parts = "; ".join(f"0x{lid:x} on {', '.join(names)}" for lid, names in sorted(sm_lids.items()))
+        # One port of each SM LID: `sminfo` through it names the SM it sees.
+        compare = " vs ".join(f"`sminfo -C {hca} -P {number}`" for hca, _, number in
+                              (names[0].rpartition(":") for _, names in sorted(sm_lids.items())))
         yield ctx.graded(ctx.rule("sm_mismatch_severity"), "node",
                          f"active IB ports{where} see different subnet managers: SM LID {parts}",
                          evidence=evidence, rule="sm_mismatch",
-                         remedy="a cable in the wrong fabric, or an SM failover in progress: compare `sminfo` per "
-                                "port; if the node sits on several fabrics by design, set [port-state] "
+                         remedy=f"a cable in the wrong fabric, or an SM failover in progress: compare {compare}; if "
+                                "the node sits on several fabrics by design, set [port-state] "
                                 "sm_scope = \"port-class\" and give each fabric its own port class")
 
 
@@ -260,8 +266,14 @@ def _judge_pkeys(ctx: CheckContext, ports: list[Port]) -> Iterator[Finding]:
                          evidence={"pkeys": list(table), "expected_pkeys": list(expected),
                                    "ports_with_expected": counts[expected]},
                          rule="pkey_mismatch",
-                         remedy="check the subnet manager's partition configuration (partitions.conf / UFM "
-                                "PKey groups) for this port's GUID")
+                         remedy=_pkey_remedy(ctx, name))
+
+
+def _pkey_remedy(ctx: CheckContext, name: str) -> str:
+    port = ctx.inventory.port(name)
+    guid = f"port GUID {port.port_guid} of {name}" if port is not None and port.port_guid else (
+        f"the port GUID of {name} (`ibstat {name.replace(':', ' ')}` shows it)")
+    return f"check the subnet manager's partition configuration (partitions.conf / UFM PKey groups) for {guid}"
 
 
 def _judge_unbound_efa(ctx: CheckContext) -> Iterator[Finding]:

@@ -17,13 +17,22 @@ from statistics import median
 
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.inventory.hardware import is_efa
-from netdoctor.inventory.model import ModuleDiagnostics, ModuleReading
+from netdoctor.inventory.model import Hca, LinkLayer, ModuleDiagnostics, ModuleReading
 from netdoctor.inventory.queries import virtual_function_note
 from netdoctor.report.model import STATUS_SEVERITY
+from netdoctor_plugins.remedy_words import commands, netdev_of
 
 CHECK_ID = "transceiver"
-REMEDY = ("clean the connectors and reseat the module (or the cable) at both ends; if it persists, swap it for a "
-          "known-good one: `mlxlink -d <dev> -m` shows the readings, `mlxlink -d <dev> -c` the link's error counters")
+
+
+def remedy(hca: Hca, netdev: str | None) -> str:
+    """Reseat or swap the module, and the commands that read it on this port."""
+    ethtool = f", `ethtool -m {netdev}` the same from the driver" if netdev else ""
+    return ("clean the connectors and reseat the module (or the cable) at both ends; if it persists, swap it for a "
+            f"known-good one: `mlxlink -d {hca.name} -m` shows the readings{ethtool}, `mlxlink -d {hca.name} -c` "
+            "the link's error counters")
+
+
 # Reading name -> (what, unit, margin pack key or None)
 READINGS = {
     "temperature_c": ("temperature", "°C", "temperature_margin_c"),
@@ -40,6 +49,8 @@ def transceiver(ctx: CheckContext) -> Iterator[Finding]:
     inventory = ctx.inventory
     modules = inventory.transceivers
     unread: list[tuple[str, str]] = []
+    devices: list[str] = []
+    roce_netdevs: list[str] = []
     for hca, port, port_class in ctx.pack.classified_ports(inventory):
         if virtual_function_note(inventory, hca) is not None:
             continue
@@ -53,19 +64,27 @@ def transceiver(ctx: CheckContext) -> Iterator[Finding]:
         module = modules.get(port.name) or (modules.get(port.netdev) if port.netdev else None)
         if module is None:
             unread.append((port.name, inventory.source(f"mlxlink-m-{hca.name}").reason()))
+            devices.append(hca.name)
+            if port.link_layer is LinkLayer.ETHERNET and (netdev := netdev_of(inventory, port)):
+                roce_netdevs.append(netdev)
         else:
-            yield _judge(ctx, port.name, module, modules)
+            roce = netdev_of(inventory, port) if port.link_layer is LinkLayer.ETHERNET else None
+            yield _judge(ctx, port.name, module, modules, remedy(hca, roce))
     if unread and not modules:
         # No module read at all: one finding (MFT not installed, or not root), not one per port.
         yield ctx.unknown("node", f"no port module readings ({len(unread)} ports): {unread[0][1]}",
                           evidence={"ports": [name for name, _ in unread]},
-                          remedy="install NVIDIA MFT (mlxlink) and run as root; ethtool -m reads RoCE ports")
+                          remedy="install NVIDIA MFT (mlxlink) and run as root, then read each module: "
+                                 + commands("`mlxlink -d {} -m`", devices)
+                                 + ("; without MFT, `ethtool -m` reads RoCE ports' modules: "
+                                    + commands("`ethtool -m {}`", roce_netdevs) if roce_netdevs else ""))
     else:
         for name, why in unread:
             yield ctx.unknown(name, f"no module reading for {name}: {why}")
 
 
-def _judge(ctx: CheckContext, subject: str, module: ModuleDiagnostics, modules: dict[str, ModuleDiagnostics]) -> Finding:
+def _judge(ctx: CheckContext, subject: str, module: ModuleDiagnostics, modules: dict[str, ModuleDiagnostics],
+           fix: str) -> Finding:
     name = " ".join(part for part in (module.identifier, module.part_number, f"({module.vendor})" if module.vendor else None)
                     if part) or "module"
     evidence = {"source": module.source, "identifier": module.identifier, "vendor": module.vendor,
@@ -85,7 +104,7 @@ def _judge(ctx: CheckContext, subject: str, module: ModuleDiagnostics, modules: 
         return ctx.passed(subject, f"{name}: {temperature}within its limits and like its peers", evidence=evidence)
     status, _, rule = max(problems, key=lambda problem: STATUS_SEVERITY[problem[0]])
     summary = f"{name}: " + "; ".join(text for _, text, _ in sorted(problems, key=lambda p: -STATUS_SEVERITY[p[0]]))
-    return ctx.finding(status, subject, summary, evidence=evidence, remedy=REMEDY, rule=rule)
+    return ctx.finding(status, subject, summary, evidence=evidence, remedy=fix, rule=rule)
 
 
 def _against_limits(ctx: CheckContext, reading: ModuleReading, what: str, unit: str,

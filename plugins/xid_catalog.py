@@ -30,6 +30,7 @@ from netdoctor.checks import CheckContext, Status
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import KernelEvent
 from netdoctor.parsers.kernel_log import nvlink5_fault, recovery_action
+from netdoctor_plugins.remedy_words import dcgm_diag
 
 GRADES = ("fail", "warn", "repeat", "pass")
 OLD_GRADES = {"application": "repeat"}      # `xid_severity` values of netdoctor 0.2
@@ -39,11 +40,12 @@ NVLINK5_BUCKET = "WORKFLOW_NVLINK5_ERR"
 UNLISTED = "UNLISTED"
 
 # What recovers the GPU, per bucket, in the words of the catalog's "Fault Resolution Buckets"
-# sheet; `{reset}` becomes the GPU's own reset command.
+# sheet; `{pci}` becomes the GPU's PCI address, `{diag}` its field diagnostic, `{links}` the
+# NVLink5 units and links the lines name (_fill).
 RESET = "`nvidia-smi -r -i {pci}` once no process holds it (or reboot the node)"
 REMEDY_BY_BUCKET = {
     "RESTART_APP": "restart the application; NVIDIA's catalog asks for no GPU reset or reboot (RESTART_APP). "
-                   "Repeated on one GPU: run `dcgmi diag -r 3` on it and the job under compute-sanitizer",
+                   "Repeated on one GPU: run {diag} and the job under compute-sanitizer",
     "IGNORE": "no action is needed for one (NVIDIA's catalog: IGNORE); repeated this often on one GPU, collect "
               "`nvidia-bug-report.sh` and follow the catalog's investigatory action for it",
     "RESET_GPU": "drain the GPU and reset it: " + RESET + "; if the Xid returns after the reset, contact support "
@@ -51,9 +53,9 @@ REMEDY_BY_BUCKET = {
     "RESTART_BM": "drain the node and reboot it (NVIDIA's catalog: RESTART_BM); if the Xid returns, contact support",
     "CONTACT_SUPPORT": "drain the node and open a case with NVIDIA or the system vendor with `nvidia-bug-report.sh` "
                        "(NVIDIA's catalog: CONTACT_SUPPORT)",
-    "WORKFLOW_XID_48": "drain the GPU and reset it: " + RESET + "; if `nvidia-smi -q` shows the SRAM error "
+    "WORKFLOW_XID_48": "drain the GPU and reset it: " + RESET + "; if `nvidia-smi -q -i {pci}` shows the SRAM error "
                        "threshold exceeded, run field diagnostics and follow the RMA flow (catalog: WORKFLOW_XID_48)",
-    "WORKFLOW_NVLINK_ERR": "reset the GPU: " + RESET + "; check `nvidia-smi nvlink -e`; if it persists after the "
+    "WORKFLOW_NVLINK_ERR": "reset the GPU: " + RESET + "; check `nvidia-smi nvlink -e -i {pci}`; if it persists after the "
                            "reset, reseat the link and contact the hardware vendor (catalog: WORKFLOW_NVLINK_ERR)",
     NVLINK5_BUCKET: "decode the line's IntrInfo and errorStatus (its first two hex words) with the Xid catalog's "
                     "'XID 144-150 Decode' sheet (Xid-Catalog.xlsx){links}; a fatal NVLink5 error needs the GPU reset: "
@@ -67,9 +69,8 @@ REMEDY_BY_BUCKET = {
     "UPDATE_SWFW": "update the GPU driver and firmware to current versions (catalog: UPDATE_SWFW)",
     "CHECK_UVM": "if UVM or vGPU is in use, reset the GPU: " + RESET + "; otherwise no action (catalog: CHECK_UVM)",
     RECOVERY_BUCKET: "the Xid 154 line does not say which recovery action the driver wants: read it with "
-                     "`nvidia-smi -q | grep -i -A1 recovery` and follow it",
-    UNLISTED: "look the Xid up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors); run `dcgmi diag -r 3` "
-              "on the GPU",
+                     "`nvidia-smi -q -i {pci} | grep -i -A1 recovery` and follow it",
+    UNLISTED: "look the Xid up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors); run {diag}",
 }
 # Non-fatal NVLink5 Xids: the link recovered; the job may have seen errors.
 REMEDY_NVLINK5_NONFATAL = ("non-fatal NVLink5 errors: decode the line's IntrInfo and errorStatus with the Xid catalog's "
@@ -101,10 +102,12 @@ REMEDY_BY_ACTION = {
     "gpu_reset": "the driver asks for a GPU reset: stop its processes and reset it: " + RESET,
     "node_reboot": "the driver asks for a node reboot (the OS may be inconsistent): drain the node and reboot it",
     "drain_p2p": "the driver asks to quiesce peer-to-peer traffic: end the GPU's P2P processes, disable UVM "
-                 "persistence mode, then read the recovery action again (`nvidia-smi -q`)",
+                 "persistence mode, then read the recovery action again (`nvidia-smi -q -i {pci} | grep -i -A1 "
+                 "recovery`)",
     "drain_and_reset": "the driver asks to drain and reset: let running jobs end, start none here, then reset the "
                        "GPU: " + RESET,
-    "recover_imex_domain": "the driver asks to recover the IMEX domain: restart nvidia-imex on the domain's nodes",
+    "recover_imex_domain": "the driver asks to recover the IMEX domain: restart nvidia-imex on the domain's nodes "
+                           "(`systemctl restart nvidia-imex` on each)",
     "bus_reset": "the driver asks for a reset of the GPU's PCIe bus: drain the node and reboot it",
     "system_reboot": "the driver asks for a system reboot: drain the node and reboot it",
 }
@@ -177,8 +180,14 @@ class XidRules:
         return None if grade == "pass" else Status(grade)
 
 
-def judge_gpu(rules: XidRules, events: Sequence[KernelEvent], pci: str) -> list[XidVerdict]:
-    """The verdict of each Xid code among one GPU's current events (history already removed), in code order."""
+def _fill(template: str, pci: str, index: int | None, links: str = "") -> str:
+    """A remedy template made concrete for one GPU: its PCI address, its field diagnostic, the links named."""
+    return template.format(pci=pci, diag=dcgm_diag(index), links=links)
+
+
+def judge_gpu(rules: XidRules, events: Sequence[KernelEvent], pci: str, index: int | None = None) -> list[XidVerdict]:
+    """The verdict of each Xid code among one GPU's current events (history already removed), in code order;
+    `index`: the GPU's NVML index where NVML lists it (its diagnostic's command)."""
     counts: dict[int, int] = {}
     for event in events:
         if event.code is not None:
@@ -189,19 +198,20 @@ def judge_gpu(rules: XidRules, events: Sequence[KernelEvent], pci: str) -> list[
     for code, count in sorted(counts.items()):
         resolution = rules.resolution(code)
         if code == RECOVERY_XID and resolution == RECOVERY_BUCKET and str(code) not in rules.overrides:
-            verdicts.append(_recovery(rules, [event for event in events if event.code == code], pci))
+            verdicts.append(_recovery(rules, [event for event in events if event.code == code], pci, index))
             continue
         if code in nvlink5:
-            verdicts.append(_nvlink5(rules, code, [event for event in events if event.code == code], nonfatal, pci))
+            verdicts.append(_nvlink5(rules, code, [event for event in events if event.code == code], nonfatal, pci,
+                                     index))
             continue
         grade = rules.grade_of(code, resolution)
         remedy = REMEDY_BY_XID.get(code) or REMEDY_BY_BUCKET.get(resolution) or REMEDY_BY_BUCKET[UNLISTED]
         verdicts.append(XidVerdict(code, count, resolution, grade, rules.status(grade, count),
-                                   remedy.format(pci=pci, links="")))
+                                   _fill(remedy, pci, index)))
     return verdicts
 
 
-def _recovery(rules: XidRules, events: Sequence[KernelEvent], pci: str) -> XidVerdict:
+def _recovery(rules: XidRules, events: Sequence[KernelEvent], pci: str, index: int | None) -> XidVerdict:
     """Xid 154: the newest line's action decides (an earlier "GPU Reset Required" that a later
     line changed back to "None" is over)."""
     timed = [(event.time, order) for order, event in enumerate(events) if event.time is not None]
@@ -211,14 +221,15 @@ def _recovery(rules: XidRules, events: Sequence[KernelEvent], pci: str) -> XidVe
         grade = rules.by_resolution.get(RECOVERY_BUCKET, "warn")
         words = said.words if said is not None else ""
         return XidVerdict(RECOVERY_XID, len(events), RECOVERY_BUCKET, grade, rules.status(grade, len(events)),
-                          REMEDY_BY_BUCKET[RECOVERY_BUCKET], words)
+                          _fill(REMEDY_BY_BUCKET[RECOVERY_BUCKET], pci, index), words)
     grade = rules.by_action[said.action]
     remedy = REMEDY_BY_ACTION.get(said.action, REMEDY_BY_BUCKET[RECOVERY_BUCKET])
     return XidVerdict(RECOVERY_XID, len(events), said.action, grade, rules.status(grade, len(events)),
-                      remedy.format(pci=pci), said.words)
+                      _fill(remedy, pci, index), said.words)
 
 
-def _nvlink5(rules: XidRules, code: int, events: Sequence[KernelEvent], nonfatal_on_gpu: int, pci: str) -> XidVerdict:
+def _nvlink5(rules: XidRules, code: int, events: Sequence[KernelEvent], nonfatal_on_gpu: int, pci: str,
+             index: int | None) -> XidVerdict:
     """An NVLink5 Xid (144-150) by the `Fatal`/`Nonfatal` its lines carry: any fatal one, or one
     that says neither, grades as the bucket; only non-fatal ones grade `nvlink5_nonfatal_severity`
     until the GPU has logged `nvlink5_nonfatal_repeat` non-fatal NVLink5 Xids in the window."""
@@ -245,7 +256,7 @@ def _nvlink5(rules: XidRules, code: int, events: Sequence[KernelEvent], nonfatal
     detail = {"fatal": fatal, "nonfatal": len(events) - fatal - unsaid, "fatality_not_logged": unsaid,
               "units": units, "links": links}
     return XidVerdict(code, len(events), NVLINK5_BUCKET, grade, rules.status(grade, len(events)),
-                      template.format(pci=pci, links=where), said, rule, detail)
+                      _fill(template, pci, index, where), said, rule, detail)
 
 
 def _links(links: Sequence[int]) -> str:

@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Real services and tools the tests start: SLURM + munge, pdsh, clush, headless Chromium,
-# iproute2 (network namespaces), systemd-analyze (unit file checks).
-SYSTEM_PACKAGES=(slurmctld slurmd slurm-client munge pdsh clustershell chromium iproute2 procps systemd)
+# iproute2 (network namespaces), systemd-analyze (unit file checks), node_exporter (reads --format prometheus).
+SYSTEM_PACKAGES=(slurmctld slurmd slurm-client munge pdsh clustershell chromium iproute2 procps systemd prometheus-node-exporter)
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     missing=()
     for package in "${SYSTEM_PACKAGES[@]}"; do

@@ -26,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from netdoctor.util import parse_iso_utc
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 NODES = FIXTURES / "nodes"
 INDEX = tomllib.loads((NODES / "INDEX.toml").read_text(encoding="utf-8"))["fixtures"]
@@ -239,8 +241,7 @@ def test_counter_pairs_share_boot_and_are_600_seconds_apart() -> None:
         meta_later = json.loads(read(NODES / later, "snapshot.json"))
         meta_earlier = json.loads(read(NODES / earlier, "snapshot.json"))
         assert meta_later["host"] == meta_earlier["host"] and meta_later["boot_id"] == meta_earlier["boot_id"]
-        elapsed = (datetime.fromisoformat(meta_later["captured_at"]) -
-                   datetime.fromisoformat(meta_earlier["captured_at"])).total_seconds()
+        elapsed = (parse_iso_utc(meta_later["captured_at"]) - parse_iso_utc(meta_earlier["captured_at"])).total_seconds()
         assert elapsed == 600
         # Same boot, same driver load: no counter (IB PMA, mlx5 or EFA hw_counters) ever goes back.
         earlier_counters, later_counters = rdma_counters(NODES / earlier), rdma_counters(NODES / later)

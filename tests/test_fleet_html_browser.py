@@ -24,7 +24,11 @@ put('drift-rows', document.querySelectorAll('#drift tr').length - 1);
 put('drift-minority', text('#drift tr.minority'));
 put('drift-first', text('#drift tr:nth-child(2) td:first-child'));
 put('rails-odd', text('#rails tr.odd'));
-put('rails-clean', text('#rails tr.clean'));
+put('rails-clean', text('#rails-clean tr.clean'));
+put('folded-open', [document.getElementById('drift-alike').open, document.getElementById('rails-alike').open].join(','));
+put('folded-visible', [document.getElementById('rails-clean').checkVisibility(), document.querySelector('#drift-alike li').checkVisibility(), document.getElementById('rails').checkVisibility()].join(','));
+function edge(selector){return document.querySelector(selector).getBoundingClientRect().top;}
+put('tops', [edge('#wrong'), edge('#grid'), edge('#changes'), edge('#drift')].join(','));
 put('changes', text('#changes tr.grade'));
 var path = document.querySelector('#busbw-dots path.pass-dots');
 var box = path.getBBox();
@@ -85,11 +89,16 @@ def test_chromium_shows_drift_rails_dots_and_the_folded_grid(tmp_path: Path) -> 
     report.changes = CHANGES
     body = dump_dom(render_html(report), tmp_path)
 
-    assert body["data-drift-rows"] == "2"
-    assert body["data-drift-first"] == "hca_firmware"                    # the minority first
+    assert body["data-drift-rows"] == "1"                                 # nccl, alike everywhere, folded away
+    assert body["data-drift-first"] == "hca_firmware"
     assert "28.37.1014: node[0017-0018]" in body["data-drift-minority"]
     assert body["data-rails-odd"] == "leaf-07 0x7 mlx5_7 32 mlx5_2 of node0044"
     assert len(body["data-rails-clean"].split(" | ")) == 8               # the other 39 leaves, one row per rail
+    # What agrees everywhere is closed: the browser lays none of it out.
+    assert body["data-folded-open"] == "false,false" and body["data-folded-visible"] == "false,false,true"
+    # On screen, top to bottom: what is wrong, the grid, what changed, the drift.
+    tops = [float(value) for value in body["data-tops"].split(",")]
+    assert tops == sorted(tops) and len(set(tops)) == 4
     assert body["data-changes"].startswith("grade pass → fail node[017-018]")
 
     # One dot per node: the passing ones in the path, the others (failing, outliers) circles.

@@ -195,21 +195,83 @@ def test_html_drift_rails_and_changes_tables() -> None:
     page = render_html(report)
     found = tables(page)
     drift = found["drift"][1:]
-    assert [css for css, _ in drift] == ["minority", "minority", "below", "alike"]
+    assert [css for css, _ in drift] == ["minority", "minority", "below"]          # only the kinds that differ
     assert drift[0][1][0] == "kernel" and "10 nodes: node[020-029]" in drift[0][1][4] and "node031" in drift[0][1][4]
     assert drift[1][1] == ["hca_firmware", "MT4129 MT_0000000838", "28.39.1002", "1,022", "28.37.1014: node[017-018]", ""]
     assert drift[2][1][5] == "590.0: 40 nodes: node[001-040]"
-    assert drift[3][1][4] == "alike everywhere"
+    # The kind alike everywhere is folded away: a closed <details>, one line inside.
+    alike = re.search(r"<details id=\"drift-alike\">(.*?)</details>", page).group(1)
+    assert "<summary>1 alike on every node: nccl</summary>" in alike
+    assert "<li>nccl 2.27.7 on all 40 nodes (8x NVIDIA H100 80GB HBM3)</li>" in alike
     rails = found["rails"][1:]
     assert rails[0] == ("odd", ["leaf-02", "0xb8cef603000a0002", "mlx5_1", "32", "mlx5_0 of node[001-002]mlx5_5 of node003"])
     assert rails[1] == ("odd", ["leaf-07", "0xb8cef603000a0007", "mlx5_3", "32", "mlx5_2 of node044"])
-    assert rails[2] == ("clean", ["leaf-[01,09]", "", "mlx5_0", "64", "none"])
-    assert rails[3] == ("clean", ["leaf-33", "", "not rail-aligned", "4", "none"])
+    assert len(rails) == 2
+    # The leaves wired as expected are folded away, each leaf in one row only.
+    assert found["rails-clean"][1:] == [("clean", ["leaf-[01,09]", "", "mlx5_0", "64", "none"]),
+                                        ("clean", ["leaf-33", "", "not rail-aligned", "4", "none"])]
+    assert re.search(r"<details id=\"rails-alike\"><summary>3 leaf switches with no port of another rail</summary>", page)
+    for leaf in ("leaf-02", "leaf-07", "leaf-33"):
+        assert page.count(leaf) == 1, leaf
     changes = found["changes"][1:]
     assert changes[0][1] == ["grade", "pass → fail", "node[017-018]"]
     assert [row[1][0] for row in changes] == ["grade"] * 4 + ["new finding"] * 2 + ["cleared", "version", "new nodes", "gone nodes"]
-    # The news first, the fleet's self-judgement before the grid.
-    assert page.index("id=\"changes\"") < page.index("busbw-histogram") < page.index("id=\"drift\"") < page.index("id=\"grid\"")
+    # What is wrong and the grid first, then the news, then the fleet's self-judgement.
+    order = ["id=\"wrong\"", "id=\"grid\"", "id=\"changes\"", "busbw-histogram", "id=\"drift\"", "id=\"rails\""]
+    assert [page.index(mark) for mark in order] == sorted(page.index(mark) for mark in order)
+    assert page.index("id=\"wrong\"") < page.index("<h2") + 100 < page.index("id=\"changes\"")
+
+
+def test_html_leads_with_what_is_wrong_grouped_by_finding() -> None:
+    report = fleet(count=60, failing=(7, 8, 9, 30))
+    report.nodes.append(no_report("node099", NodeGrade.UNREACHABLE, "command timeout after 60 s"))
+    report.drift, report.rails = DRIFT, RAILS
+    page = render_html(report)
+    first = page.index("<h2")
+    assert page[first:].startswith("<h2 id=\"wrong-heading\">What is wrong</h2>")
+    wrong = tables(page)["wrong"]
+    assert wrong[0][1] == ["grade", "nodes (5 of 61)", "top finding"]
+    assert [row[1] for row in wrong[1:]] == [["fail", "4 nodes: node[007-009,030]", "port-state mlx5_2:1: port is down"],
+                                              ["unreachable", "node099", "command timeout after 60 s"]]
+    # The fleet's own findings are pointed at, counted, never named twice.
+    pointers = re.search(r"<ul id=\"fleet-wrong\">(.*?)</ul>", page).group(1)
+    assert re.findall(r"<a href=\"#([\w-]+)\">", pointers) == ["outliers-heading", "drift-heading", "rails-heading"]
+    assert "3 version kinds where like nodes differ" in pointers and "2 of 5 leaf switches" in pointers
+    assert "leaf-07" not in pointers and "node033" not in pointers
+    for anchor in re.findall(r"<a href=\"#([\w-]+)\">", page):
+        assert f"id=\"{anchor}\"" in page, anchor
+    # A fleet where every node passed says so, and still leads with it.
+    quiet = render_html(fleet(count=5, slow=(), failing=()))
+    assert "<p id=\"wrong\">nothing on the nodes: all 5 passed</p>" in quiet and "<ul id=\"fleet-wrong\">" not in quiet
+
+
+def test_a_leaf_named_without_its_guid_by_one_node_is_still_one_leaf() -> None:
+    """Node 4's neighbour source gave the switch's name only: its port lands on the leaf the other
+    nodes name by GUID and name, so the leaf is one entry (it was two, `leaf-07` listed twice,
+    one of them wired "odd"). A name given with two GUIDs (two ASICs of one box) is not merged."""
+    guid = "0xb8cef603000a0007"
+
+    def node(index: int, rails: list[tuple[str, int, str | None, str]]) -> NodeSummary:
+        return NodeSummary(f"node{index:03d}", NodeGrade.PASS, None, dict(CHECKS),
+                           rails=tuple((port, 400.0, gpu, leaf_guid, name) for port, gpu, leaf_guid, name in rails))
+
+    nodes = [node(index, [("mlx5_0:1", 0, guid, "leaf-07"), ("mlx5_1:1", 1, "0x1", "leaf-08")]) for index in range(1, 4)]
+    nodes.append(node(4, [("mlx5_0:1", 0, None, "leaf-07"), ("mlx5_1:1", 1, "0x1", "leaf-08")]))
+    report = build_fleet_report(nodes, generated_at="2026-11-25T06:00:00Z")
+    assert [(leaf["leaf"], leaf["switch_guid"], leaf["nodes"], leaf["odd"]) for leaf in report.rails] == [
+        ("leaf-07", guid, 4, {}), ("leaf-08", "0x1", 4, {})]
+    page = render_html(report)
+    assert page.count(">leaf-07<") == 1 and "leaf-07" not in render_text(report)
+    # Two switches that give one name (the ASICs of a director): two leaves, a name-only port on neither.
+    twins = nodes[:3] + [node(4, [("mlx5_0:1", 0, "0x2", "leaf-07"), ("mlx5_1:1", 1, "0x1", "leaf-08")]),
+                         node(5, [("mlx5_0:1", 0, None, "leaf-07"), ("mlx5_1:1", 1, "0x1", "leaf-08")])]
+    leaves = build_fleet_report(twins, generated_at="x").rails
+    assert sorted((leaf["switch_guid"] or "-", leaf["nodes"]) for leaf in leaves if leaf["leaf"] == "leaf-07") == [
+        ("-", 1), ("0x2", 1), (guid, 3)]
+    # Shown, each is told apart by its GUID: no name stands for two leaves.
+    clean = tables(render_html(build_fleet_report(twins, generated_at="x")))["rails-clean"][1:]
+    assert sorted(cells[0] for _, cells in clean) == [
+        "3 leaves: leaf-07 (0xb8cef603000a0007),leaf-07 (0x2),leaf-07 (no GUID)", "leaf-08"]
 
 
 def test_html_long_host_lists_open_on_a_click() -> None:

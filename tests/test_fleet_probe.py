@@ -67,8 +67,9 @@ def test_a_slow_node_and_a_slow_rail_are_the_suspects(tmp_path: Path) -> None:
     assert grades == {**{f"n{index}": "pass" for index in range(1, 9)}, "n3": "fail", "n6": "fail"}
     assert [round_["round"] for round_ in probe["rounds"]] == [1, 2, 3]
     first = probe["pairs"][0]
+    # No `sharp`: nothing says this fabric offers SHARP (no pack word, no SHARP plugin in NCCL's log).
     assert first == {"hosts": ["n1", "n2"], "round": 1, "busbw_gbps": 350.0, "expected_gbps": 360.0,
-                     "transport": "NET/IB/GDRDMA", "status": "pass", "sharp": False}
+                     "transport": "NET/IB/GDRDMA", "status": "pass"}
     assert code == 2
 
 
@@ -84,6 +85,21 @@ def test_a_hanging_node_is_unreachable_and_a_failing_one_left_out(tmp_path: Path
         f"n{index}": "pass" for index in range(1, 7)}
     assert all("n8" not in pair["hosts"] for pair in fleet["probe"]["pairs"])
     assert fleet["probe"]["suspects"] == [] and code == 2
+
+
+@needs_pdsh
+def test_pairs_on_sockets_leave_no_node_at_pass_and_claim_no_sharp(tmp_path: Path) -> None:
+    """Every group's NCCL fell back to TCP (NET/Socket) at full speed: each pair warns, so does
+    each node (it used to say pass), and nothing speaks of SHARP on a fabric with none to use."""
+    commands = lab(tmp_path, {"pair_busbw_gbps": 350.0, "via": "NET/Socket"})
+    fleet, code, stderr = fleet_probe(commands, "--round-timeout", "60")
+    pairs = fleet["probe"]["pairs"]
+    assert {(pair["transport"], pair["status"], pair["expected_gbps"]) for pair in pairs} == {("NET/Socket", "warn", 360.0)}, stderr
+    nodes = {node["host"]: node for node in fleet["nodes"]}
+    assert {host: node["grade"] for host, node in nodes.items()} == {f"n{index}": "warn" for index in range(1, 9)}
+    assert all("NCCL ran over TCP sockets (NET/Socket)" in node["top"]["summary"] for node in nodes.values())
+    assert "SHARP" not in json.dumps(fleet) and "sharp" not in json.dumps(pairs)
+    assert fleet["probe"]["suspects"] == [] and code == 1
 
 
 def test_plans_round_trip_and_garbage_is_a_usage_error() -> None:

@@ -115,9 +115,10 @@ def test_a_node_claiming_a_huge_fabric_cannot_fail_healthy_partners() -> None:
     huge = NodeFabric(8, tuple((f"mlx5_{index}:1", 800.0) for index in range(64)))
     _, suspects, grades = probe(hosts, Fleet(), {**{host: FABRIC for host in hosts}, "n4": huge})
     assert suspects == [] and set(grades.values()) == {"pass"}
-    # Two nodes that disagree hold no majority: the round's median, not the bigger claim.
+    # Two nodes that disagree hold no majority, so there is no expectation, and their one group is
+    # alone in its round: judged against nothing (never against itself, nor the bigger claim).
     _, suspects, grades = probe(["a", "b"], Fleet(), {"a": FABRIC, "b": huge})
-    assert suspects == [] and grades == {"a": "pass", "b": "pass"}
+    assert suspects == [] and grades == {"a": "unknown", "b": "unknown"}
 
 
 def test_the_expectation_is_the_pack_else_the_majority_else_none() -> None:

@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from netdoctor.errors import UsageError
 from netdoctor.fleet.collect import FleetCollector
 from test_fleet_collect import LINK_FAIL, make_report, prefixed
 
@@ -48,9 +51,29 @@ def test_json_error_summaries_say_at_once() -> None:
     assert " at at " not in node.top.summary
 
 
-def test_a_given_file_of_garbage_is_listed_and_an_empty_stderr_capture_names_nobody(tmp_path: Path) -> None:
+def test_a_saved_sweep_behind_a_login_banner_is_still_read(tmp_path: Path) -> None:
+    """pdsh output saved to a file may start with a banner or a warning before `host: line`s."""
+    saved = tmp_path / "sweep.out"
+    saved.write_text("Authorized use only\n" + "".join(
+        f'n{index}: {{"schema": "netdoctor.report/1", "host": "n{index}", "grade": "pass", "findings": []}}\n'
+        for index in range(3)))
+    collector = FleetCollector()
+    collector.add_path(saved)
+    assert sorted(_grades(collector)) == ["n0", "n1", "n2"]
+
+
+def test_a_given_file_of_garbage_is_a_usage_error_and_an_empty_stderr_capture_names_nobody(tmp_path: Path) -> None:
     garbage = tmp_path / "node042.txt"
     garbage.write_text("garbage\nmore garbage\n")
+    with pytest.raises(UsageError, match=f"fleet input {garbage} is neither a netdoctor report nor parallel-shell output"
+                                         " \\(`host: line`\\); it starts 'garbage'"):
+        FleetCollector().add_path(garbage)
+    # The same garbage as one node's file of a directory (`srun --output=DIR/%N.out`) is that node's answer.
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "node042.out").write_text("garbage\n")
+    collector = FleetCollector()
+    collector.add_path(tmp_path / "outputs")
+    assert _grades(collector) == {"node042": ("invalid", f"{tmp_path / 'outputs' / 'node042.out'}: not a netdoctor report: 'garbage'")}
     sweep = tmp_path / "sweep.out"
     sweep.write_text("".join(prefixed("n1", json.dumps(make_report("n1")))))
     stderr_capture = tmp_path / "sweep.err"
@@ -60,12 +83,9 @@ def test_a_given_file_of_garbage_is_listed_and_an_empty_stderr_capture_names_nob
     empty_out = tmp_path / "nothing.out"
     empty_out.write_text("")
     collector = FleetCollector()
-    for path in (garbage, sweep, stderr_capture, signals_only, empty_out):
+    for path in (sweep, stderr_capture, signals_only, empty_out):
         collector.add_path(path)
-    assert _grades(collector) == {
-        "node042": ("invalid", f"{garbage}: not a netdoctor report: 'garbage'"),
-        "n1": ("pass", ""),
-    }
+    assert _grades(collector) == {"n1": ("pass", "")}
 
 
 def test_a_saved_sweep_named_json_is_still_parallel_shell_output(tmp_path: Path) -> None:
@@ -171,3 +191,51 @@ def test_contiguous_pretty_reports_are_decoded_as_whole_blocks(tmp_path: Path, m
     collector = FleetCollector()
     collector.add_path(saved)
     assert sorted(node.host for node in collector.finish()) == sorted(f"n{index}" for index in range(50))
+
+
+def test_cli_a_file_that_is_no_fleet_input_is_a_usage_error_naming_it(tmp_path: Path) -> None:
+    """A binary or a random text file given by name: exit 3, one line naming the file (it used to
+    list a node named after escaped binary, exit 2)."""
+    binary = tmp_path / "core.bin"
+    binary.write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)) + b"\nUsage: %s [OPTION]\n\x00\x00x: y\n")
+    text = tmp_path / "notes.txt"
+    text.write_text("# Network services, Internet style\nssh 22/tcp\n")
+    report = tmp_path / "n1.json"
+    report.write_text(json.dumps(make_report("n1")))
+    for path in (binary, text):
+        done = subprocess.run([sys.executable, "-m", "netdoctor.fleet", "report", str(report), str(path)],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 3 and done.stdout == ""
+        assert done.stderr.startswith(f"netdoctor: error: fleet input {path} is neither a netdoctor report nor "
+                                      "parallel-shell output (`host: line`); it starts ")
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+
+
+def test_a_binary_line_in_shell_output_names_no_host(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep.out"
+    sweep.write_bytes("".join(prefixed("n1", json.dumps(make_report("n1")))).encode() + b"\x00\x00Usage: %s\n")
+    collector = FleetCollector()
+    collector.add_path(sweep)
+    assert _grades(collector) == {"n1": ("pass", "")}
+    assert collector.unattributed_lines == 1
+
+
+def test_two_report_files_claiming_one_host_are_both_named(tmp_path: Path) -> None:
+    long_fail = {**LINK_FAIL, "summary": "port runs at 200 Gb/s (4X HDR), expected 400 Gb/s (4X NDR); " * 8}
+    cases = {"both pass": (make_report("n1"), make_report("n1")),
+             "one fails at length": (make_report("n1", "fail", [long_fail]), make_report("n1", "fail", [long_fail]))}
+    for case, (first, second) in cases.items():
+        reports = tmp_path / case.replace(" ", "-")
+        reports.mkdir()
+        (reports / f"{'n1-from-the-sweep-of-the-twenty-sixth-of-november'}.json").write_text(json.dumps(first))
+        (reports / "forged-by-another-node-of-the-same-rack.json").write_text(json.dumps(second))
+        done = subprocess.run([sys.executable, "-m", "netdoctor.fleet", "report", str(reports), "--format", "json"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        (node,) = json.loads(done.stdout)["nodes"]
+        assert node["host"] == "n1" and node["grade"] == "invalid"
+        why = node["top"]["summary"]
+        assert why.startswith("more than one report from this sender: ") and len(why) <= 500, case
+        for name in ("n1-from-the-sweep-of-the-twenty-sixth-of-november.json", "forged-by-another-node-of-the-same-rack.json"):
+            assert f" in {name}" in why, (case, why)
+            assert any(entry["file"] == str(reports / name) for entry in node["reports"])

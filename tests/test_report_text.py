@@ -1,6 +1,8 @@
 """The text report an on-call admin reads in ten seconds: like findings grouped, subjects
-folded, lines wrapped, a snapshot's capture time and a skipped required check in the header;
-every text output escapes control characters from the node."""
+folded, lines wrapped, a snapshot's capture time and a skipped required check in the header
+(the same wherever the repository is cloned and whatever the width), skipped checks folded
+into one line (-v lists them), a pass that judged little saying so; every text output
+escapes control characters from the node."""
 
 from __future__ import annotations
 
@@ -26,12 +28,13 @@ MTU_REMEDY = ("the subnet manager or switch caps the MTU: set the partition MTU 
               "partitions.conf, or the UFM PKey MTU) and check the switch port's MTU cap")
 
 
-def cli(*args: str, columns: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {"PATH": "/usr/bin:/bin", "NO_COLOR": "1"}
+def cli(*args: str, columns: str | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """The command as a user runs it: stdout a pipe (no terminal), no COLUMNS unless given."""
+    env = {"PATH": "/usr/bin:/bin", "NO_COLOR": "1", "PYTHONPATH": str(REPO)}
     if columns is not None:
         env["COLUMNS"] = columns
     return subprocess.run([sys.executable, "-m", "netdoctor", *args], capture_output=True, text=True,
-                          timeout=120, cwd=REPO, env=env)
+                          timeout=120, cwd=cwd, env=env)
 
 
 def mtu_report(ports: list[str]) -> Report:
@@ -77,14 +80,20 @@ def test_findings_that_differ_are_not_grouped() -> None:
                                                     ["warn", "mtu", "mlx5_4:1"]]
 
 
-def test_the_subject_is_factored_out_of_summary_and_remedy() -> None:
-    findings = [Finding("pfc-ecn", Status.FAIL, f"ens{n}np0", f"PFC is off on RDMA priority 3 of ens{n}np0",
-                        remedy=f"mlnx_qos -i ens{n}np0 --pfc 0,0,0,1,0,0,0,0") for n in range(1, 9)]
+def test_the_subject_is_factored_out_of_the_summary_and_each_subject_keeps_its_command() -> None:
+    """One line for eight ports that say the same; the remedy a user pastes names each real
+    netdev (a folded `ens[1-8]np0` is no interface), and the words they share come once."""
+    findings = [Finding("pfc-ecn", Status.FAIL, f"ens{n}np0", f"PFC is off on RDMA priority 3 of ens{n}np0: lossy",
+                        remedy=f"mlnx_qos -i ens{n}np0 --pfc 0,0,0,1,0,0,0,0 (and persist it)") for n in range(1, 9)]
     report = Report(host="n", grade=Grade.FAIL, started_at="2026-11-21T22:40:00Z", duration_s=0.1, rules="roce",
                     findings=findings)
     text = render_text(report, width=200)
-    assert "fail     pfc-ecn  ens[1-8]np0  PFC is off on RDMA priority 3 of ens[1-8]np0" in text
-    assert "remedy: mlnx_qos -i ens[1-8]np0 --pfc 0,0,0,1,0,0,0,0" in text
+    assert "fail     pfc-ecn  ens[1-8]np0  PFC is off on RDMA priority 3 of ens[1-8]np0: lossy" in text
+    assert "ens[1-8]np0 --pfc" not in text
+    lines = [line.strip() for line in text.splitlines()]
+    start = lines.index("remedy: mlnx_qos -i ens1np0 --pfc 0,0,0,1,0,0,0,0")
+    assert lines[start + 1:start + 9] == [f"mlnx_qos -i ens{n}np0 --pfc 0,0,0,1,0,0,0,0" for n in range(2, 9)] + \
+        ["(and persist it)"]
     assert text.count("remedy:") == 1
 
 
@@ -121,12 +130,48 @@ def test_color_survives_wrapping() -> None:
 
 
 # -- header --------------------------------------------------------------------------------
-def test_snapshot_capture_time_in_the_header_and_json() -> None:
+def snapshot_report(path: str, captured_at: str | None = "2026-11-21T22:40:00Z") -> Report:
+    return Report(host="dgx-h100-mtu-2048", grade=Grade.PASS, started_at="2026-11-26T15:07:08Z", duration_s=0.29,
+                  rules="dgx-h100", findings=[Finding("mtu", Status.PASS, "mlx5_0:1")],
+                  checks=[CheckOutcome("mtu", Status.PASS, 0.001, True)], snapshot=path, captured_at=captured_at)
+
+
+@pytest.mark.parametrize("width", [40, 41, 60, 79, 100, 132, 200])
+def test_capture_time_stays_on_its_line_whatever_the_path(width: int) -> None:
+    """The header used to end `...PATH   captured TIME`, wrapped: a path of 59 to 79 characters
+    at 100 columns (a clone 20 to 40 characters deep) put `captured` at the end of one line
+    and its time on the next. The label now comes first and never depends on the path."""
+    for length in range(1, 260):
+        path = "/" + "p" * (length - 1)
+        lines = render_text(snapshot_report(path), width=width).splitlines()
+        at = next(index for index, line in enumerate(lines) if line.startswith("snapshot"))
+        assert lines[at].startswith("snapshot captured 2026-11-21T22:40:00Z:"), (width, length, lines)
+        assert max(len(line) for line in lines) <= width, (width, length)
+        snapshot_lines = lines[at:lines.index("")]
+        shown = snapshot_lines[0].partition(":00Z:")[2].strip() + "".join(line[2:] for line in snapshot_lines[1:])
+        assert shown == path, (width, length)     # the whole path, nothing cut or added
+    assert "\nsnapshot: /s\n" in render_text(snapshot_report("/s", None), width=width)
+
+
+def test_snapshot_capture_time_in_the_header_and_json(tmp_path: Path) -> None:
+    """End to end with snapshot paths of the lengths that used to break it (59-79 characters:
+    a clone 20-40 characters deep) and a very long one, at 40 and 200 columns and with no
+    COLUMNS; stdout is a pipe. The paths are relative to the working directory, so their
+    lengths are exact wherever the test runs."""
     snapshot = NODES / "dgx-h100-mtu-2048"
     captured_at = json.loads((snapshot / "snapshot.json").read_text())["captured_at"]
-    text = cli("check", "--no-probe", "--snapshot", str(snapshot)).stdout
-    header = text.split("\n\n", 1)[0]
-    assert f"captured {captured_at}" in header
+    for length, columns in ((59, None), (70, None), (79, "40"), (230, "200"), (230, None)):
+        name = "d" * 100 + "/" + "s" * (length - 101) if length > 200 else "s" * length
+        link = tmp_path / f"{length}-{columns}" / name
+        link.parent.mkdir(parents=True)
+        link.symlink_to(snapshot)
+        done = cli("check", "--no-probe", "--snapshot", name, columns=columns, cwd=link.parents[name.count("/")])
+        assert done.returncode == 1, done.stderr
+        header = done.stdout.split("\n\n", 1)[0].splitlines()
+        at = next(index for index, line in enumerate(header) if line.startswith("snapshot"))
+        assert header[at].startswith(f"snapshot captured {captured_at}:"), header
+        assert "".join(line.strip() for line in header[at:]).endswith(name), header
+        assert max(len(line) for line in done.stdout.splitlines()) <= int(columns or 100)
     report = json.loads(cli("check", "--no-probe", "--format", "json", "--snapshot", str(snapshot)).stdout)
     assert report["snapshot_captured_at"] == captured_at
 
@@ -141,6 +186,108 @@ def test_a_skipped_required_check_shows_in_the_grade_line() -> None:
     assert report["required_not_run"] == ["port-state"]
     plain = json.loads(cli("check", "--no-probe", "--format", "json", "--snapshot", snapshot, "--skip", "mtu").stdout)
     assert "required_not_run" not in plain
+
+
+# -- checks that did not judge ---------------------------------------------------------------
+NOTHING = ["pfc-ecn", "nvlink", "gpudirect", "nvswitch-fabric", "gpu-health", "gpu-driver", "gpu-nic-affinity",
+           "fabric-netdevs", "pcie-p2p-path", "inventory", "nccl-probe"]
+JUDGED = ["port-state", "link-speed", "pcie-link", "mtu", "error-counters", "kernel-events"]
+
+
+def cpu_like_report(judged: list[str] = JUDGED, grade: Grade = Grade.PASS) -> Report:
+    """A node most checks have nothing to judge on: 11 skipped for want of GPUs or RoCE, one
+    not run (`--no-probe`, evidence `need: loopback` as the needs gate writes it)."""
+    findings = [Finding(check, Status.PASS, "node") for check in judged]
+    findings += [Finding(check, Status.SKIP, "node", f"no GPUs for {check}", {"need": "gpus"}) for check in NOTHING]
+    findings.append(Finding("nic-loopback", Status.SKIP, "node", "the NIC loopback was not run: --no-probe",
+                            {"need": "loopback"}))
+    checks = [CheckOutcome(finding.check, finding.status, 0.001, finding.check == "port-state") for finding in findings]
+    return Report(host="cpu01", grade=grade, started_at="2026-11-21T22:40:00Z", duration_s=0.1, rules="default",
+                  findings=findings, checks=checks)
+
+
+def test_skipped_checks_fold_into_one_line() -> None:
+    report = cpu_like_report()
+    lines = render_text(report, width=200).splitlines()
+    assert not any(line.split()[1:2] == ["skip"] for line in lines if line.split())   # no skip rows
+    assert lines[-1] == ("skipped: 11 checks, nothing to judge on this node; not run: nic-loopback "
+                         "(-v lists them)")
+    assert [line.split()[0] for line in lines[2:-1]] == JUDGED and lines[1] == ""
+    assert report.to_json()["findings"][-1]["status"] == "skip"   # the JSON keeps every finding
+
+
+def test_verbose_lists_each_skipped_check_with_its_reason() -> None:
+    text = render_text(cpu_like_report(), width=200, verbose=True)
+    assert "\nskipped: " in render(cpu_like_report(), "text") and "\nskipped: " not in render(
+        cpu_like_report(), "text", verbose=True)   # what -v reaches through render()
+    rows = {line.split()[0]: line.split(None, 2)[1:] for line in text.split("\n\n")[1].splitlines()}
+    assert list(rows) == [*JUDGED, *NOTHING, "nic-loopback"]
+    assert rows["nvlink"] == ["skip", "no GPUs for nvlink"]
+    assert rows["nic-loopback"] == ["skip", "the NIC loopback was not run: --no-probe"]
+    assert "skipped:" not in text and "-v lists them" not in text
+
+
+def test_one_skipped_check_keeps_its_row() -> None:
+    report = cpu_like_report()
+    report.checks = [outcome for outcome in report.checks if outcome.check in (*JUDGED, "pfc-ecn")]
+    text = render_text(report, width=200)
+    assert "\npfc-ecn         skip     no GPUs for pfc-ecn\n" in text and "skipped:" not in text
+    assert text.splitlines()[0].startswith("cpu01: PASS   rules")
+
+
+@pytest.mark.parametrize(("judged", "grade", "shown"), [
+    (JUDGED, Grade.PASS, "cpu01: PASS (6 of 18 checks judged)   rules default"),
+    (JUDGED, Grade.WARN, "cpu01: WARN   rules default"),                      # only a pass claims too much
+    (JUDGED + ["transceiver", "phy", "nccl-env"], Grade.PASS, "cpu01: PASS (9 of 21 checks judged)   rules"),
+    (JUDGED + [f"judged-{n}" for n in range(6)], Grade.PASS, "cpu01: PASS   rules default"),   # 12 of 24: half
+])
+def test_a_pass_says_how_many_checks_judged_when_most_did_not(judged: list[str], grade: Grade, shown: str) -> None:
+    assert render_text(cpu_like_report(judged, grade), width=200).startswith(shown)
+
+
+def test_the_grade_line_says_both_a_required_check_left_out_and_how_many_judged() -> None:
+    report = cpu_like_report()
+    report.required_not_run = ("port-state",)
+    text = render_text(report, color=True, width=200)
+    assert text.startswith("cpu01: \033[32mPASS\033[0m (required check not run: port-state; 6 of 18 checks judged)")
+    assert "\n\033[2mskipped: 11 checks, nothing to judge" in text   # the folded line is dim, as skip rows were
+
+
+def test_checks_that_could_not_judge_count_against_the_pass() -> None:
+    report = cpu_like_report(JUDGED[:4])
+    report.findings.append(Finding("nccl-env", Status.UNKNOWN, "node", "nccl-env.json unreadable"))
+    report.checks.append(CheckOutcome("nccl-env", Status.UNKNOWN, 0.001, False))
+    assert render_text(report, width=200).startswith("cpu01: PASS (4 of 17 checks judged)")
+    assert "\nunknown  nccl-env  node  nccl-env.json unreadable\n" in render_text(report, width=200)
+
+
+def test_cpu_node_fixture_end_to_end() -> None:
+    """The bundled CPU-only node: the grade line counts what the JSON says was judged. The
+    path is relative to the repository (where cli() runs), so the lines never depend on where
+    it was cloned."""
+    snapshot = "tests/fixtures/nodes/cpu-node"
+    report = json.loads(cli("check", "--no-probe", "--format", "json", "--snapshot", snapshot).stdout)
+    statuses = [check["status"] for check in report["checks"]]
+    judged = sum(status in ("pass", "warn", "fail") for status in statuses)
+    assert report["grade"] == "pass" and judged * 2 < len(statuses)
+    done = cli("check", "--no-probe", "--snapshot", snapshot)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"cpu-node: PASS ({judged} of {len(statuses)} checks judged)")
+    assert len(lines) == 4 + judged and lines[-1].startswith(f"skipped: {statuses.count('skip') - 1} checks, "
+                                                             "nothing to judge on this node; not run: nic-loopback")
+
+
+def test_verbose_flag_reaches_the_text_report() -> None:
+    """`-v` lists the skipped checks: before the command (the global option) and after it."""
+    snapshot = str(NODES / "cpu-node")
+    skipped = [check["check"] for check in json.loads(cli("check", "--no-probe", "--format", "json", "--snapshot",
+                                                          snapshot).stdout)["checks"] if check["status"] == "skip"]
+    for argv in (["-v", "check"], ["check", "-v"]):
+        done = cli(*argv, "--no-probe", "--snapshot", snapshot)
+        assert done.returncode == 0, done.stderr
+        rows = [line.split()[0] for line in done.stdout.splitlines() if line.split()[1:2] == ["skip"]]
+        assert rows == skipped and "skipped:" not in done.stdout, argv
 
 
 # -- control characters ----------------------------------------------------------------------

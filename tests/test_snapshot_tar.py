@@ -1,5 +1,5 @@
 """Hostile snapshot archives: extended-header bombs, deep nesting, member rules that do not
-depend on the standard library's tar `data_filter` (absent before Python 3.11.4)."""
+depend on the standard library's tar `data_filter` (absent before Python 3.10.12 and, in 3.11, before 3.11.4)."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ HOSTILE = {
 @pytest.mark.parametrize("with_filter", [True, False], ids=["stdlib-filter", "no-stdlib-filter"])
 def test_member_rules_are_our_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str,
                                   with_filter: bool) -> None:
-    if not with_filter:   # as on Python 3.11.0-3.11.3
+    if not with_filter:   # as on Python 3.10.0-3.10.11 and 3.11.0-3.11.3
         monkeypatch.delattr(tarfile, "data_filter", raising=False)
     members, message = HOSTILE[case]
     archive = _members(tmp_path / f"{case}.tar.gz", members)

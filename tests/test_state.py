@@ -19,8 +19,8 @@ from netdoctor.checks.api import CounterHistory
 from netdoctor.checks.history import MAX_BOOTS_PER_HOST, history_from_baseline, history_from_entries, with_reading
 from netdoctor.host.state_store import MAX_STATE_BYTES, exchange_entries, load_entries
 from netdoctor.inventory.model import Inventory
-from netdoctor.report.model import Finding, Status
-from netdoctor.run import CheckOptions, counter_history
+from netdoctor.report.model import Finding, Grade, Status
+from netdoctor.run import CheckOptions, counter_history, run_check
 
 
 def exchange_counters(path: Path, inventory: Inventory, *, deadline: float | None = None) -> CounterHistory | None:
@@ -286,3 +286,17 @@ def test_a_baseline_of_another_host_is_said_in_the_report() -> None:
                                       deadline=time.monotonic() + 30)
     assert history is None and note.check == "counter-history" and note.status is Status.UNKNOWN
     assert f"baseline {snapshot} not used: it is of host 'dgx-h100', not 'node017'" in note.summary
+
+
+def test_an_unusable_baseline_makes_the_grade_unknown_not_a_quiet_pass() -> None:
+    """--baseline names what to judge growth against: when it cannot be used the run could not
+    do what was asked, so the grade line says UNKNOWN (exit 3); a usable one grades as usual."""
+    nodes = Path(__file__).parent / "fixtures" / "nodes"
+    foreign = run_check(CheckOptions(snapshot=nodes / "dgx-h100", baseline=nodes / "aws-p5", no_probe=True))
+    assert foreign.grade is Grade.UNKNOWN
+    assert [finding.check for finding in foreign.findings if finding.status is Status.UNKNOWN] == ["counter-history"]
+    alone = run_check(CheckOptions(snapshot=nodes / "dgx-h100", no_probe=True))
+    assert alone.grade is Grade.PASS
+    grown = run_check(CheckOptions(snapshot=nodes / "dgx-h100-symbol-errors-b",
+                                   baseline=nodes / "dgx-h100-symbol-errors-a", no_probe=True))
+    assert grown.grade is Grade.FAIL

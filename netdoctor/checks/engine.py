@@ -20,18 +20,17 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
-import structlog
-
 from netdoctor.checks.api import Check, CheckContext, CounterHistory
 from netdoctor.checks.bounds import FindingBuffer, bounded_finding
 from netdoctor.checks.needs import ProbeInput, gate
 from netdoctor.checks.registry import Registry
 from netdoctor.errors import UsageError
 from netdoctor.inventory.model import Inventory
+from netdoctor.logging import get_logger
 from netdoctor.packs.model import RulePack
 from netdoctor.report.model import STATUS_SEVERITY, CheckOutcome, Finding, Status
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def select_checks(registry: Registry, only: Sequence[str] | None = None,

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import structlog
-
 from netdoctor.checks.api import CounterHistory
 from netdoctor.inventory.model import Gpu, Inventory, PhyCounters
+from netdoctor.logging import get_logger
 from netdoctor.util import parse_iso_utc
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 HW_PREFIX = "hw_counters/"          # hw_counters live beside counters/ under this key prefix
 PHY_PREFIX = "phy/"                 # mlxlink -c counters live beside them under this one

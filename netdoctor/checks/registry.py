@@ -29,14 +29,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import structlog
-
 from netdoctor.checks.api import Check
 from netdoctor.errors import PluginError
 from netdoctor.host.trust import unsafe_path_reason
+from netdoctor.logging import get_logger
 from netdoctor.report.model import Finding, Status
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 BUILTIN_PACKAGE = "netdoctor_plugins"
 ENTRY_POINT_GROUP = "netdoctor.checks"

@@ -1,7 +1,12 @@
 """`python -m netdoctor.fleet`: the fleet commands alone (the zipapp and tests use `netdoctor fleet`)."""
 
-import sys
+from netdoctor.cli import exit_guarded
 
-from netdoctor.fleet.cli import main
 
-sys.exit(main())
+def _fleet() -> int:
+    from netdoctor.fleet.cli import main
+
+    return main()
+
+
+exit_guarded(_fleet)

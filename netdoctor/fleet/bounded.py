@@ -16,10 +16,18 @@ from typing import TextIO
 MAX_REPORT_CHARS = 16 << 20
 # Reading a file goes in pieces of about this many characters, each ending at a line end.
 CHUNK_CHARS = 1 << 22
+# The most that the reports still open (pdsh interleaves hosts) may hold together, and what
+# each line held costs beside its text (its str object), counted towards both bounds.
+PENDING_BUDGET_CHARS = 64 << 20
+LINE_OVERHEAD = 64
 
 
 class BadJson(ValueError):
     """JSON that is complete but not acceptable: non-finite numbers, too deep, too long a number."""
+
+
+class TooLarge(BadJson):
+    """JSON of more values than any report has: decoded, it would cost more memory than a node may."""
 
 
 def _reject_constant(name: str) -> float:
@@ -29,17 +37,63 @@ def _reject_constant(name: str) -> float:
 # JSON's NaN/Infinity extensions are refused (they are not JSON, and break every renderer).
 _DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
+# A text longer than this is counted before it is decoded: decoded, a JSON value costs up to
+# ~100 bytes per value (`[[],[],...]`: 64 bytes per 3 characters), so a 16 MiB report could
+# take 400 MiB. A netdoctor report holds ~4,000 values (an 8-GPU node's is 60-100 KB); one
+# over `MAX_JSON_VALUES` (counted as its `,`, `[` and `{`) is `TooLarge`, never decoded.
+# Engineering defaults: the largest real report (hgx-b300, 98 KB pretty) is ~60x under both.
+_COUNTED_FROM = 1 << 20
+MAX_JSON_VALUES = 1 << 18
 
-def raw_decode(text: str, position: int = 0) -> tuple[object, int]:
-    """The JSON value starting at `position` (after blanks) and where it ends.
+# msgspec, where installed, decodes the nodes' JSON ~2x faster than `json` (benchmarks/results/
+# fleet.md). Only its successes are taken: whatever it refuses is decoded again by `json`, which
+# says why or takes what msgspec would not (`1e400`, lone surrogates), so results and messages
+# are `json`'s. It is called a few frames deeper than `json`'s scanner: both count nesting
+# against the interpreter's recursion limit, so msgspec gives up first and `json` decides
+# about deep nesting too (tests/test_fleet_report_decoder.py).
+try:
+    from msgspec.json import Decoder as _FastDecoder
+except ImportError:                   # the standard library alone: same results, slower
+    _FastDecoder = None
+FAST_DECODER = "msgspec" if _FastDecoder is not None else None
+_fast = _FastDecoder().decode if _FastDecoder is not None else None
+_FAST_MARGIN_FRAMES = 4
+
+
+def _fast_decode(text: str, frames: int = _FAST_MARGIN_FRAMES) -> object:
+    return _fast_decode(text, frames - 1) if frames else _fast(text)   # type: ignore[misc]
+
+
+def use_fast_decoder(enabled: bool) -> None:
+    """Decode with msgspec (where installed) or with `json` alone (tests compare the two)."""
+    global _fast
+    _fast = _FastDecoder().decode if enabled and _FastDecoder is not None else None
+
+
+def _count(text: str) -> None:
+    if len(text) > _COUNTED_FROM:
+        values = text.count(",") + text.count("[") + text.count("{")
+        if values > MAX_JSON_VALUES:
+            raise TooLarge(f"more than {MAX_JSON_VALUES:,} JSON values ({values:,})")
+
+
+def decode_first(text: str, position: int = 0) -> tuple[object, str]:
+    """The JSON value at `position` of `text` (after blanks) and the text after it.
 
     Raises `json.JSONDecodeError` for incomplete or broken JSON (more lines may still
-    complete it) and `BadJson` for JSON that no more text can make acceptable.
+    complete it), `BadJson` for JSON that no more text can make acceptable and `TooLarge`
+    (a `BadJson`) for more values than a report has.
     """
+    _count(text)
+    if _fast is not None:
+        try:
+            return _fast_decode(text[position:] if position else text), ""
+        except Exception:              # noqa: BLE001  (`json` below says what is wrong, if anything)
+            pass
     while position < len(text) and text[position] in " \t\r\n":
         position += 1
     try:
-        return _DECODER.raw_decode(text, position)
+        data, end = _DECODER.raw_decode(text, position)
     except json.JSONDecodeError:
         raise
     except BadJson:
@@ -48,15 +102,21 @@ def raw_decode(text: str, position: int = 0) -> tuple[object, int]:
         raise BadJson("JSON nested deeper than the fleet reader takes") from error
     except ValueError as error:       # an integer of more digits than Python converts
         raise BadJson(str(error)) from error
+    return data, text[end:]
 
 
 def decode_whole(text: str) -> object:
     """`text` as exactly one JSON value; `json.JSONDecodeError` names what follows it."""
-    data, end = raw_decode(text)
-    rest = text[end:].strip()
-    if rest:
+    data, rest = decode_first(text)
+    if rest.strip():
+        end = len(text) - len(rest)
         raise json.JSONDecodeError("Extra data", text, end)
     return data
+
+
+def refused_json(error: BadJson) -> str:
+    """Why a node whose JSON is refused is `invalid`: too large, or not valid JSON."""
+    return f"too large: {error}" if isinstance(error, TooLarge) else f"not valid JSON ({error})"
 
 
 def describe_json_error(error: ValueError) -> str:
@@ -119,3 +179,33 @@ def _skip_to_line_end(handle: TextIO, limit: int) -> None:
         rest = handle.readline(limit)
         if not rest or rest.endswith("\n"):
             return
+
+
+class Run:
+    """The host whose JSON object is being reassembled from consecutive lines.
+
+    A pretty-printed object closes with `}` at column 0, so `brace` (`host: }`, a line
+    without its newline) and `close` (the same with it) are the only lines that can end it.
+    """
+
+    __slots__ = ("host", "prefix", "brace", "close", "lines", "source", "blocks", "size")
+
+    def __init__(self, host: str, lines: list[str], source: str) -> None:
+        self.host = host
+        self.prefix = f"{host}: "
+        self.brace = f"{host}: }}"
+        self.close = f"{host}: }}\n"
+        self.lines = lines
+        self.source = source
+        self.blocks = True             # False once interleaved: `feed_text` then goes line by line
+        self.size = sum(map(len, lines)) + LINE_OVERHEAD * len(lines)
+
+
+def strip_prefix(lines: list[str], prefix: str) -> str:
+    """The text of `host: ` prefixed lines without the prefixes, in one C-speed pass.
+
+    A real newline followed by the prefix only occurs at a line start: JSON escapes
+    newlines inside strings.
+    """
+    joined = "".join(lines) if lines[0].endswith("\n") else "\n".join(lines)
+    return joined[len(prefix):].replace("\n" + prefix, "\n")

@@ -9,13 +9,10 @@ is worse); 2 a node fails, did not answer (unreachable) or did not answer with a
 from __future__ import annotations
 
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
-import structlog
-import typer
-
+from netdoctor.cli_group import NetdoctorGroup, invoke, typer, with_global_options
 from netdoctor.errors import NetdoctorError, UsageError
 from netdoctor.fleet.collect import FleetCollector
 from netdoctor.fleet.outliers import DEFAULT_THRESHOLD
@@ -25,21 +22,17 @@ from netdoctor.fleet.report import FleetReport, build_fleet_report
 from netdoctor.fleet.settings import FleetSettings, fleet_settings
 from netdoctor.fleet.since import changes_since, load_previous
 from netdoctor.fleet.sweep import SweepOptions, parse_hosts, run_sweep
-from netdoctor.logging import configure_logging
+from netdoctor.host.proctree import become_subreaper
+from netdoctor.logging import configure_logging, get_logger
 from netdoctor.report.render import emit
+from netdoctor.vocabulary import StrEnum
 
-log = structlog.get_logger(__name__)
-
-# typer >= 0.2x vendors click and names the base of its usage errors TyperException;
-# older typer (the pure-Python one the zipapp bundles) raises click's own.
-try:
-    from typer import TyperException as _CommandLineError
-except ImportError:
-    from click import ClickException as _CommandLineError
+log = get_logger(__name__)
 
 USAGE_EXIT = 3
 
 fleet_app = typer.Typer(
+    cls=NetdoctorGroup,     # -v/-q/--log-json after each subcommand too; "did you mean" for a typo
     name="fleet",
     help="Judge many nodes together: sweep them through pdsh/clush/srun, or report on saved output.",
     # No subcommand is a usage error (exit 3, "Missing command."), not help with exit 0.
@@ -131,6 +124,7 @@ def sweep_command(
     )
     try:
         settings, previous = report_inputs(rules, since, pack_on_nodes=True)
+        become_subreaper()   # what the shell orphans (pdsh's per-node timeout kills only a node's `sh`) comes to us
         result = run_sweep(options)
         report = fleet_report(result.nodes, outlier_threshold, settings, previous)
         emit(RENDERERS[str(output_format)](report), output)   # -o FILE: atomically
@@ -204,6 +198,7 @@ def probe_command(
     options = FleetProbeOptions(hosts, str(via), fanout, timeout, rcmd, rules, budget, port, check_command, node_command,
                                 round_timeout_s=round_timeout)
     try:
+        become_subreaper()
         report = run_fleet_probe(options)
         emit(RENDERERS[str(output_format)](report), output)
     except NetdoctorError as error:
@@ -228,20 +223,8 @@ def probe_node_command(
 def main(argv: list[str] | None = None) -> int:
     """Run the fleet commands alone (`python -m netdoctor.fleet`); usage errors exit 3."""
     configure_logging()   # warnings, to stderr: stdout is the report's
-    try:
-        result = fleet_app(args=argv, prog_name="netdoctor fleet", standalone_mode=False)
-    except typer.Exit as exit_request:
-        return int(exit_request.exit_code)
-    except typer.Abort:
-        return USAGE_EXIT
-    except _CommandLineError as error:
-        show = getattr(error, "show", None)
-        if callable(show):
-            show()
-        else:
-            typer.echo(f"netdoctor: error: {error}", err=True)
-        return USAGE_EXIT
-    return result if isinstance(result, int) else 0
+    command = with_global_options(typer.main.get_command(fleet_app))
+    return invoke(command, sys.argv[1:] if argv is None else argv, "netdoctor fleet")
 
 
 def _fail_usage(error: NetdoctorError) -> None:

@@ -23,51 +23,34 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Protocol, TextIO
 
-import structlog
-
 from netdoctor.fleet.bounded import (
+    LINE_OVERHEAD,
     MAX_REPORT_CHARS,
+    PENDING_BUDGET_CHARS,
     BadJson,
+    Run,
     bounded_lines,
+    decode_first,
     decode_whole,
     describe_json_error,
     exact_lines,
-    raw_decode,
+    refused_json,
+    strip_prefix,
 )
+from netdoctor.fleet.budget import BUDGET_ENV, NodeBudget, too_large
 from netdoctor.fleet.model import NodeGrade, NodeSummary, no_report, summarize_report
 from netdoctor.fleet.saved import MORE_THAN_ONE, SavedInputs, refusal
 from netdoctor.fleet.shell import KEPT_LINES as _KEPT_NOISE_LINES
 from netdoctor.fleet.shell import MAX_LINE_CHARS as _MAX_NOISE_CHARS
 from netdoctor.fleet.shell import SHELL_STARTS, ShellMessages
+from netdoctor.logging import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _TASK_LABEL = re.compile(r"^ *(?P<task>\d{1,9}): ")
-# Each kept line costs its text and a str object: counted so for the per-node bound.
-_LINE_OVERHEAD = 64
 # After the `}` that closes an object printed with indent=0, an inner one is followed by
 # one of these; anything else after a `}` at column 0 may end the report.
 _INNER_CLOSE = (",", "]", "}")
-
-
-class _Run:
-    """The host whose JSON object is being reassembled from consecutive lines.
-
-    A pretty-printed object closes with `}` at column 0, so `brace` (`host: }`, a line
-    without its newline) and `close` (the same with it) are the only lines that can end it.
-    """
-
-    __slots__ = ("host", "prefix", "brace", "close", "lines", "source", "blocks", "size")
-
-    def __init__(self, host: str, lines: list[str], source: str) -> None:
-        self.host = host
-        self.prefix = f"{host}: "
-        self.brace = f"{host}: }}"
-        self.close = f"{host}: }}\n"
-        self.lines = lines
-        self.source = source
-        self.blocks = True             # False once interleaved: `feed_text` then goes line by line
-        self.size = sum(map(len, lines)) + _LINE_OVERHEAD * len(lines)
 
 
 class CollectorObserver(Protocol):
@@ -82,30 +65,30 @@ class FleetCollector(SavedInputs):
     """Accumulates node summaries from any mix of inputs; `finish` gives one per host."""
 
     def __init__(self, command_timeout_s: float | None = None, hosts: Iterable[str] = (), *, labelled: bool = False,
-                 observer: CollectorObserver | None = None) -> None:
+                 observer: CollectorObserver | None = None, budget: NodeBudget | None = None) -> None:
         """`hosts`: the hosts asked, where known (a sweep); a shell message naming any
         other (`srun: error: _establish_config_source: ...`) is about no host. `labelled`:
         streams are srun's, whose lines are labelled with task numbers (`_relabelled`).
-        `observer` hears of each host settled and each shell line (a sweep's progress)."""
+        `observer` hears of each host settled and each shell line (a sweep's progress).
+        `budget`: the memory all nodes' summaries may take (netdoctor.fleet.budget)."""
         hosts = list(hosts)
         self.observer = observer
+        self._budget = budget if budget is not None else NodeBudget()
         self._shell = ShellMessages(frozenset(hosts), command_timeout_s)
         self._task_hosts = hosts if labelled else None
         # Senders made `invalid` for what they sent -> the input they sent it in: anything more
         # from them there is dropped (another saved file is read: its report is kept beside).
         self._refused: dict[str, str] = {}
         self._summaries: dict[str, NodeSummary] = {}
-        self._pending: dict[str, _Run] = {}     # hosts whose JSON object is still open
+        self._pending: dict[str, Run] = {}     # hosts whose JSON object is still open
         self._noise: dict[str, list[str]] = {}
         self._noise_count: dict[str, int] = {}
         self.unattributed_lines = 0
-        # Lines that named a host or came from the parallel shell: tells a file of
-        # pdsh output from one of garbage.
-        self._attributed_lines = 0
         # Hosts whose summary was made up for a report file without a usable report;
         # any real report for that host replaces it.
         self._file_fallbacks: set[str] = set()
-        self._run: _Run | None = None
+        self._run: Run | None = None
+        self._parked = 0         # characters of the open reports but `_run`'s
 
     # ---- inputs -------------------------------------------------------------------------
 
@@ -125,8 +108,9 @@ class FleetCollector(SavedInputs):
         if line.startswith(SHELL_STARTS) and self._shell.take_shell_line(line):
             return
         host, separator, text = line.partition(": ")
-        if not separator or not host or " " in host:
-            # pdsh prints `sending signal 15 to n2 [bash] pid 8538` without a prefix.
+        if not separator or not host or " " in host or not host.isprintable():
+            # pdsh prints `sending signal 15 to n2 [bash] pid 8538` without a prefix; a name with
+            # a control character in it (`\x00\x00Usage: ` of a binary) is no host's.
             if line.strip() and not line.startswith("sending signal"):
                 self.unattributed_lines += 1
             return
@@ -145,7 +129,7 @@ class FleetCollector(SavedInputs):
         for line in lines:
             if run is not None and line.startswith(run_prefix) and not line.startswith(run_brace):
                 run_append(line)
-                run.size += len(line) + _LINE_OVERHEAD
+                run.size += len(line) + LINE_OVERHEAD
                 if run.size > MAX_REPORT_CHARS:
                     self._overflow(run)
                     run = None
@@ -184,7 +168,7 @@ class FleetCollector(SavedInputs):
                 else:
                     self.feed_line(line, source)
 
-    def _take_block(self, run: _Run, chunk: str, position: int) -> int:
+    def _take_block(self, run: Run, chunk: str, position: int) -> int:
         """End of the run's block if it ends in this chunk, holds only this host's lines and
         completes its JSON object; else 0 (and nothing is taken: the caller goes line by line).
 
@@ -209,7 +193,7 @@ class FleetCollector(SavedInputs):
             return 0
         if run.size + len(block) > MAX_REPORT_CHARS:
             return 0
-        pending = _strip_prefix(run.lines, prefix) if run.lines else ""
+        pending = strip_prefix(run.lines, prefix) if run.lines else ""
         try:
             data = decode_whole(pending + body)
         except ValueError:             # left to the line path, which says why
@@ -258,15 +242,17 @@ class FleetCollector(SavedInputs):
     def finish(self, expected_hosts: Iterable[str] = ()) -> list[NodeSummary]:
         """One summary per host seen or expected; nothing is dropped."""
         for host, run in list(self._pending.items()):
-            joined = _strip_prefix(run.lines, run.prefix)
+            joined = strip_prefix(run.lines, run.prefix)
             try:
-                data, end = raw_decode(joined)
+                data, rest = decode_first(joined)
+            except BadJson as error:
+                self._store(no_report(host, NodeGrade.INVALID, refused_json(error)))
             except ValueError as error:
                 self._store(no_report(host, NodeGrade.INVALID, f"incomplete or garbled JSON report ({describe_json_error(error)})"))
             else:
-                self._end_report(host, data, joined[end:], "")
+                self._end_report(host, data, rest, "")
         self._pending.clear()
-        self._run = None
+        self._run, self._parked = None, 0
         hosts = set(self._summaries) | set(self._noise) | self._shell.hosts()
         hosts.update(expected_hosts)
         result: list[NodeSummary] = []
@@ -279,18 +265,20 @@ class FleetCollector(SavedInputs):
             result.append(summary)
         if self.unattributed_lines:
             log.warning("fleet input lines without a `host: ` prefix were ignored", lines=self.unattributed_lines)
+        if self._budget.dropped:
+            log.warning("nodes over their share of the report's memory are invalid (too large)", nodes=self._budget.dropped,
+                        budget_mib=self._budget.budget >> 20, raise_with=BUDGET_ENV)
         return result
 
     # ---- internals ----------------------------------------------------------------------
 
     def _feed_host_text(self, host: str, text: str, source: str) -> None:
-        self._attributed_lines += 1
         if self._refused.get(host) == source:
             return
         run = self._pending.get(host)
         if run is not None:
             run.source, run.blocks = source, True
-            self._run = run
+            self._switch(run, resumed=True)
             self._append(run, f"{host}: {text}")
             if text.startswith("}") and self._run is run and not text[1:].strip().startswith(_INNER_CLOSE):
                 self._close_run(run)
@@ -308,52 +296,72 @@ class FleetCollector(SavedInputs):
             # Maybe a whole report on one line (0.1 nodes print none, but `jq -c` does). The
             # first of a report's lines (pretty or `short_lines`) is not decoded in vain.
             try:
-                data, end = raw_decode(stripped)
+                data, rest = decode_first(stripped)
             except json.JSONDecodeError:
                 pass
             except BadJson as error:
-                self._refuse(host, f"not valid JSON ({error})", source)
+                self._refuse(host, refused_json(error), source)
                 return
             else:
-                self._end_report(host, data, stripped[end:], source)
+                self._end_report(host, data, rest, source)
                 return
-        run = self._run = self._pending[host] = _Run(host, [f"{host}: {text}"], source)
+        run = self._pending[host] = Run(host, [f"{host}: {text}"], source)
+        self._switch(run, resumed=False)
         if run.size > MAX_REPORT_CHARS:
             self._overflow(run)
 
-    def _append(self, run: _Run, line: str) -> None:
+    def _switch(self, run: Run, *, resumed: bool) -> None:
+        """`run` is the one reassembled now; the one left keeps its size in `_parked` (the runs
+        but the current one do not grow). Where the reports still open pass `PENDING_BUDGET_CHARS`
+        together (many hosts interleaved, each sending much), the largest is dropped, `invalid`."""
+        left = self._run
+        if left is run:
+            return
+        self._parked += (left.size if left is not None else 0) - (run.size if resumed else 0)
+        self._run = run
+        while self._pending and self._parked + (self._run.size if self._run is not None else 0) > PENDING_BUDGET_CHARS:
+            largest = max(self._pending.values(), key=lambda pending: pending.size)
+            self._drop_run(largest)
+            self._refuse(largest.host, f"too large: its unfinished report is the largest while those still open pass "
+                                       f"{PENDING_BUDGET_CHARS >> 20} MiB together; not read further", largest.source)
+
+    def _append(self, run: Run, line: str) -> None:
         run.lines.append(line)
-        run.size += len(line) + _LINE_OVERHEAD
+        run.size += len(line) + LINE_OVERHEAD
         if run.size > MAX_REPORT_CHARS:
             self._overflow(run)
 
-    def _overflow(self, run: _Run) -> None:
+    def _overflow(self, run: Run) -> None:
         self._drop_run(run)
         self._refuse(run.host, f"output larger than {MAX_REPORT_CHARS >> 20} MiB; not read further", run.source)
 
-    def _close_run(self, run: _Run) -> None:
+    def _close_run(self, run: Run) -> None:
         """A `}` at column 0: the end of the run's object, unless it does not decode yet."""
-        text = _strip_prefix(run.lines, run.prefix)
+        text = strip_prefix(run.lines, run.prefix)
         try:
-            data, end = raw_decode(text)
+            data, rest = decode_first(text)
         except json.JSONDecodeError:
             return                     # an inner `}` line of a garbled object: keep reading
         except BadJson as error:
             self._drop_run(run)
-            self._refuse(run.host, f"not valid JSON ({error})", run.source)
+            self._refuse(run.host, refused_json(error), run.source)
             return
         self._drop_run(run)
-        self._end_report(run.host, data, text[end:], run.source)
+        self._end_report(run.host, data, rest, run.source)
 
-    def _end_run(self, run: _Run, data: object) -> None:
+    def _end_run(self, run: Run, data: object) -> None:
         """The run's JSON object is complete (and nothing follows it): summarize it."""
         self._drop_run(run)
         self._store(summarize_report(data, run.source, run.host))
 
-    def _drop_run(self, run: _Run) -> None:
-        self._pending.pop(run.host, None)
+    def _drop_run(self, run: Run) -> None:
+        if self._pending.get(run.host) is not run:
+            return
+        del self._pending[run.host]
         if self._run is run:
             self._run = None
+        else:
+            self._parked -= run.size
 
     def _end_report(self, host: str, data: object, rest: str, source: str) -> None:
         """A sender's report is complete; anything after it on its line is the sender's too."""
@@ -375,9 +383,20 @@ class FleetCollector(SavedInputs):
     def _settle_invalid(self, host: str, entry: NodeSummary, source: str) -> None:
         """The sender's entry is `invalid` (`entry`); the rest of what it sends in `source` is dropped."""
         self._refused[host] = source
-        self._summaries[host] = entry
+        self._keep(entry)
         if self.observer is not None:
             self.observer.settled(host, NodeGrade.INVALID)
+
+    def _keep(self, entry: NodeSummary) -> None:
+        """`entry` is its host's, charged against the report's memory (`budget`): the nodes of
+        the largest charge dropped to make room, this one perhaps among them, become `invalid`."""
+        budget = self._budget
+        budget.release(entry.host)
+        self._summaries[entry.host] = entry
+        for host, charge in budget.admit(entry):
+            self._summaries[host] = too_large(self._summaries[host], charge, budget.budget)
+            if self.observer is not None and host != entry.host:
+                self.observer.settled(host, NodeGrade.INVALID)
 
     def _store(self, summary: NodeSummary) -> None:
         host = summary.host
@@ -388,9 +407,9 @@ class FleetCollector(SavedInputs):
             # report's own verdict kept beside, so that neither hides the other.
             self._settle_invalid(host, refusal(self._summaries[host], MORE_THAN_ONE, summary), summary.source)
             return
-        self._summaries[host] = summary
+        self._keep(summary)
         if self.observer is not None:
-            self.observer.settled(host, summary.grade)
+            self.observer.settled(host, self._summaries[host].grade)
 
     def _store_file_fallback(self, summary: NodeSummary) -> None:
         """The node of a report file without a usable report; never replaces a real report."""
@@ -398,7 +417,7 @@ class FleetCollector(SavedInputs):
             log.warning("report file without a usable report for a host that has one; keeping the report",
                         host=summary.host, source=summary.source, reason=summary.top.summary if summary.top else "")
             return
-        self._summaries[summary.host] = summary
+        self._keep(summary)
         self._file_fallbacks.add(summary.host)
 
     def _note_noise(self, host: str, text: str) -> None:
@@ -415,15 +434,3 @@ class FleetCollector(SavedInputs):
             return no_report(host, NodeGrade.INVALID, f"not a netdoctor report: {noise[0]!r}{more}")
         return self._shell.explain(host)
 
-    def _attributed(self) -> int:
-        return self._attributed_lines + self._shell.attributed_lines
-
-
-def _strip_prefix(lines: list[str], prefix: str) -> str:
-    """The text of `host: ` prefixed lines without the prefixes, in one C-speed pass.
-
-    A real newline followed by the prefix only occurs at a line start: JSON escapes
-    newlines inside strings.
-    """
-    joined = "".join(lines) if lines[0].endswith("\n") else "\n".join(lines)
-    return joined[len(prefix):].replace("\n" + prefix, "\n")

@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from netdoctor.fleet.model import VERSION_KINDS, NodeSummary
+from netdoctor.fleet.kept import VERSION_KINDS
+from netdoctor.fleet.model import NodeSummary
 from netdoctor.util import natural_key
 
 GPU_COUNT = "gpus"      # drift.what of the GPU count among nodes of one DMI product

@@ -9,11 +9,11 @@ import html
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from netdoctor.fleet.model import GRADE_ORDER, NodeGrade, NodeSummary
+from netdoctor.fleet.model import GRADE_ORDER, NodeGrade, NodeSummary, grade_severity
 from netdoctor.fleet.report import FleetReport
-from netdoctor.fleet.views import (NOT_JUDGED_WHY, changes_heading, clean_leaves_by_rail, contiguous_ranges, domain_rows,
-                                   drift_rows, finding_groups, fold_hosts, grade_groups, host_list, hosts_phrase,
-                                   not_judged_hosts, rail_rows, trays_phrase, version_groups)
+from netdoctor.fleet.views import (NOT_JUDGED_WHY, alike_text, changes_heading, clean_leaves_by_rail, contiguous_ranges,
+                                   domain_rows, drift_rows, finding_groups, fold_hosts, grade_groups, host_list,
+                                   hosts_phrase, not_judged_hosts, rail_rows, trays_phrase, version_groups)
 from netdoctor.textsafe import safe_text
 from netdoctor.util import natural_key
 
@@ -91,47 +91,67 @@ def changes_html(changes: Mapping[str, Any] | None) -> str:
 
 
 def drift_html(drift: Iterable[Any]) -> str:
-    """Every kind and model of versions judged: those with a minority first, its hosts folded."""
+    """The kinds and models of versions where nodes differ, minorities first, their hosts folded;
+    the kinds alike on every node folded away (a closed `<details>`, one line each inside)."""
     rows = drift_rows(drift, only_differing=False)
     if not rows:
         return ""
-    differing = sum(row.differs for row in rows)
-    parts = [f"<h2>Version drift ({differing} of {len(rows)} differ)</h2><table class=\"small\" id=\"drift\">"
-             "<tr><th>version of</th><th>among</th><th>majority</th><th>nodes</th><th>minority</th><th>below the minimum</th></tr>"]
-    for row in rows:
-        css = "minority" if row.minority else "below" if row.below_minimum else "alike"
-        minority = "".join(f"<div><b>{escape(version)}</b>: {_hosts(hosts)}</div>"
-                           for version, hosts in row.minority) or "alike everywhere"
-        below = (f"<b>{escape(row.minimum or '?')}</b>: {_hosts(row.below_minimum)}"
-                 if row.below_minimum else "")
-        nodes = f"{row.majority_nodes:,}" if row.majority_nodes is not None else ""
-        parts.append(f"<tr class=\"{css}\"><td>{escape(row.what)}</td><td>{escape(row.among)}</td><td>{escape(row.majority)}</td>"
-                     f"<td>{nodes}</td><td class=\"hosts\">{minority}</td><td class=\"hosts\">{below}</td></tr>")
-    parts.append("</table>")
+    differing = [row for row in rows if row.differs]
+    alike = [row for row in rows if not row.differs]
+    parts = [f"<h2 id=\"drift-heading\">Version drift ({len(differing)} of {len(rows)} differ)</h2>"]
+    if differing:
+        parts.append("<table class=\"small\" id=\"drift\"><tr><th>version of</th><th>among</th><th>majority</th>"
+                     "<th>nodes</th><th>minority</th><th>below the minimum</th></tr>")
+        for row in differing:
+            minority = "".join(f"<div><b>{escape(version)}</b>: {_hosts(hosts)}</div>" for version, hosts in row.minority)
+            below = (f"<b>{escape(row.minimum or '?')}</b>: {_hosts(row.below_minimum)}" if row.below_minimum else "")
+            parts.append(f"<tr class=\"{'minority' if row.minority else 'below'}\"><td>{escape(row.what)}</td>"
+                         f"<td>{escape(row.among)}</td><td>{escape(row.majority)}</td><td>{_count(row.majority_nodes)}</td>"
+                         f"<td class=\"hosts\">{minority}</td><td class=\"hosts\">{below}</td></tr>")
+        parts.append("</table>")
+    if alike:
+        kinds = ", ".join(dict.fromkeys(row.what for row in alike))
+        parts.append(f"<details id=\"drift-alike\"><summary>{len(alike)} alike on every node: {escape(kinds)}</summary>"
+                     "<ul class=\"alike\">")
+        parts += [f"<li>{escape(alike_text(row))}</li>" for row in alike]
+        parts.append("</ul></details>")
     return "".join(parts)
 
 
+def _count(nodes: int | None) -> str:
+    return "" if nodes is None else f"{nodes:,}"
+
+
+_RAIL_HEADER = ("<tr><th>leaf switch</th><th>switch GUID</th><th>rail</th><th>ports</th>"
+                "<th>ports of another rail</th></tr>")
+
+
 def rails_html(rails: Iterable[Any]) -> str:
-    """Leaves with ports of another rail, one row each; the others folded by their rail."""
+    """Leaves with ports of another rail, one row each, and the nodes not judged; the leaves wired
+    as expected folded away by their rail (a closed `<details>`). Each leaf is in one row."""
     odd, clean = rail_rows(rails)
     if not odd and not clean:
         return ""
     total = len(odd) + len(clean)
-    parts = [f"<h2>Rail wiring ({len(odd)} of {total:,} leaf switches with ports of another rail)</h2>"
-             "<table class=\"small\" id=\"rails\"><tr><th>leaf switch</th><th>switch GUID</th><th>rail</th><th>ports</th>"
-             "<th>ports of another rail</th></tr>"]
-    parts += _capped([f"<tr class=\"odd\"><td>{escape(row.leaf)}</td><td>{escape(row.switch_guid)}</td><td>{escape(row.rail)}</td>"
-                      f"<td>{'' if row.ports is None else row.ports}</td><td class=\"hosts\">"
-                      + "".join(f"<div><b>{escape(rail)}</b> of {_hosts(hosts)}</div>" for rail, hosts in row.odd)
-                      + "</td></tr>" for row in odd], 5, "leaves")
-    for rail, leaves, ports in clean_leaves_by_rail(clean):
-        parts.append(f"<tr class=\"clean\"><td class=\"hosts\">{_hosts(leaves, 'leaves')}</td><td></td>"
-                     f"<td>{escape(rail)}</td><td>{ports:,}</td><td>none</td></tr>")
+    parts = [f"<h2 id=\"rails-heading\">Rail wiring ({len(odd)} of {total:,} leaf switches with ports of another rail)</h2>"]
     unjudged = not_judged_hosts(odd + clean)
-    if unjudged:
-        parts.append(f"<tr class=\"not-judged\"><td colspan=\"4\">not judged ({escape(NOT_JUDGED_WHY)})</td>"
-                     f"<td class=\"hosts\">{_hosts(unjudged)}</td></tr>")
-    parts.append("</table>")
+    if odd or unjudged:
+        parts.append(f"<table class=\"small\" id=\"rails\">{_RAIL_HEADER}")
+        parts += _capped([f"<tr class=\"odd\"><td>{escape(row.leaf)}</td><td>{escape(row.switch_guid)}</td>"
+                          f"<td>{escape(row.rail)}</td><td>{'' if row.ports is None else row.ports}</td><td class=\"hosts\">"
+                          + "".join(f"<div><b>{escape(rail)}</b> of {_hosts(hosts)}</div>" for rail, hosts in row.odd)
+                          + "</td></tr>" for row in odd], 5, "leaves")
+        if unjudged:
+            parts.append(f"<tr class=\"not-judged\"><td colspan=\"4\">not judged ({escape(NOT_JUDGED_WHY)})</td>"
+                         f"<td class=\"hosts\">{_hosts(unjudged)}</td></tr>")
+        parts.append("</table>")
+    groups = clean_leaves_by_rail(clean)
+    if groups:
+        parts.append(f"<details id=\"rails-alike\"><summary>{len(clean):,} leaf switch{'' if len(clean) == 1 else 'es'} "
+                     f"with no port of another rail</summary><table class=\"small\" id=\"rails-clean\">{_RAIL_HEADER}")
+        parts += [f"<tr class=\"clean\"><td class=\"hosts\">{_hosts(leaves, 'leaves')}</td><td></td>"
+                  f"<td>{escape(rail)}</td><td>{ports:,}</td><td>none</td></tr>" for rail, leaves, ports in groups]
+        parts.append("</table></details>")
     return "".join(parts)
 
 
@@ -141,7 +161,7 @@ def domains_html(domains: Iterable[Any]) -> str:
     odd, clean = domain_rows(domains)
     if not odd and not clean:
         return ""
-    parts = [f"<h2>NVLink domains ({len(odd)} of {len(odd) + len(clean):,} with nodes in another clique or domain)</h2>"
+    parts = [f"<h2 id=\"domains-heading\">NVLink domains ({len(odd)} of {len(odd) + len(clean):,} with nodes in another clique or domain)</h2>"
              "<table class=\"small\" id=\"nvlink-domains\"><tr><th>domain or chassis</th><th>most nodes in</th>"
              "<th>nodes</th><th>nodes elsewhere</th></tr>"]
     # A chassis whose trays in a domain are partitioned has no majority; its partitions have a row below.
@@ -161,6 +181,66 @@ def domains_html(domains: Iterable[Any]) -> str:
                      f"<td>{sum(row.nodes or 0 for row in alike):,}</td><td>none</td></tr>")
     parts.append("</table>")
     return "".join(parts)
+
+
+# Kinds of finding listed in "What is wrong" before the rest is counted (the grid lists every node).
+WRONG_LIMIT = 50
+_NOT_PASSING = tuple(grade for grade in GRADE_ORDER if grade != NodeGrade.PASS)
+
+
+def wrong_html(report: FleetReport) -> str:
+    """What the page leads with: the nodes that did not pass, grouped by grade and top finding
+    (worst grade first, then the most nodes), and a line per fleet-wide section below that found
+    something: counts only, so that a leaf, version or suspect is named once, in its section."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for node in report.nodes:
+        if node.grade in _NOT_PASSING:
+            groups.setdefault((str(node.grade), node.top.describe() if node.top else ""), []).append(node.label())
+    ranked = sorted(groups.items(), key=lambda item: (-grade_severity(item[0][0]), -len(item[1]), item[0][1]))
+    parts = ["<h2 id=\"wrong-heading\">What is wrong</h2>"]
+    if ranked:
+        failing = sum(len(hosts) for _, hosts in ranked)
+        parts.append(f"<table class=\"small\" id=\"wrong\"><tr><th>grade</th><th>nodes ({failing:,} of "
+                     f"{len(report.nodes):,})</th><th>top finding</th></tr>")
+        parts += [f"<tr data-g=\"{escape(grade)}\"><td>{_grade_badge(grade)}</td><td class=\"hosts\">{_hosts(hosts)}</td>"
+                  f"<td>{escape(finding)}</td></tr>" for (grade, finding), hosts in ranked[:WRONG_LIMIT]]
+        if len(ranked) > WRONG_LIMIT:
+            rest = sum(len(hosts) for _, hosts in ranked[WRONG_LIMIT:])
+            parts.append(f"<tr><td colspan=\"3\">... and {len(ranked) - WRONG_LIMIT:,} more kinds of finding on "
+                         f"{rest:,} nodes: the grid below lists every node</td></tr>")
+        parts.append("</table>")
+    else:
+        parts.append(f"<p id=\"wrong\">nothing on the nodes: all {len(report.nodes):,} passed</p>" if report.nodes
+                     else "<p id=\"wrong\">no node in the report</p>")
+    pointers = _fleet_pointers(report)
+    if pointers:
+        parts.append("<ul id=\"fleet-wrong\">" + "".join(f"<li><a href=\"#{anchor}\">{escape(text)}</a></li>"
+                                                         for anchor, text in pointers) + "</ul>")
+    return "".join(parts)
+
+
+def _fleet_pointers(report: FleetReport) -> list[tuple[str, str]]:
+    """(anchor, line) for each fleet-wide judgement below that found something."""
+    pointers = []
+    suspects = report.probe.get("suspects") or []
+    if suspects:
+        pointers.append(("traffic-heading", f"traffic between nodes: {len(suspects)} suspect{'' if len(suspects) == 1 else 's'}"))
+    if report.outliers:
+        hosts = len({outlier.host for outlier in report.outliers})
+        pointers.append(("outliers-heading", f"fleet outliers: {hosts:,} node{'' if hosts == 1 else 's'} "
+                                             f"beyond robust z {report.outlier_threshold:g}"))
+    drift = drift_rows(report.drift)
+    if drift:
+        pointers.append(("drift-heading", f"version drift: {len(drift)} version kind{'' if len(drift) == 1 else 's'} "
+                                          "where like nodes differ"))
+    odd, clean = rail_rows(report.rails)
+    if odd:
+        pointers.append(("rails-heading", f"rail wiring: {len(odd):,} of {len(odd) + len(clean):,} leaf switches "
+                                          "with ports of another rail"))
+    domains, _ = domain_rows(report.nvlink_domains)
+    if domains:
+        pointers.append(("domains-heading", f"NVLink domains: {len(domains):,} with nodes in another clique or domain"))
+    return pointers
 
 
 def _cells(node: NodeSummary, checks: list[str]) -> str:

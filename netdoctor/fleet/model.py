@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import math
 import sys
 from collections.abc import Mapping
@@ -10,9 +9,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netdoctor.fleet.domains import Domain, bounded_domain
+from netdoctor.fleet.kept import (
+    MAX_KEPT_CHARS,
+    PROBE_KEYS,
+    bounded_fabric,
+    bounded_facts,
+    bounded_versions,
+    finite,
+    kept_text,
+    shown,
+)
 from netdoctor.fleet.metrics import counter_growth, worst_pre_fec_ber_log10
 from netdoctor.fleet.platform import bounded_platform
 from netdoctor.report.model import STATUS_SEVERITY
+from netdoctor.vocabulary import StrEnum
 
 REPORT_SCHEMA_PREFIX = "netdoctor.report/"
 
@@ -26,25 +36,18 @@ PHY_BER_METRIC = "pre_fec_ber_log10"       # netdoctor.fleet.metrics says how it
 _STATUS_SEVERITY = {str(status): severity for status, severity in STATUS_SEVERITY.items()}
 _WARN_SEVERITY = _STATUS_SEVERITY["warn"]
 
-# What the fleet keeps of a node's text (summaries, names): one node's report can cost the
-# report a bounded amount, however long its strings. More check ids than any pack has is
-# not a netdoctor report (and would widen every node's row of the HTML grid).
-_MAX_KEPT_CHARS = 500
+# More check ids than any pack has is not a netdoctor report (and would widen every node's row
+# of the HTML grid).
 _MAX_CHECKS = 200
 _MAX_CHECK_ID_CHARS = 64
-_MAX_GROWTH = 10**300
 # No bus bandwidth is above this (GB/s); beyond it a number is not a measurement.
 _MAX_BUSBW_GBPS = 1e6
+# The checks whose findings' evidence gives the fleet a number (netdoctor.fleet.metrics).
+_ERROR_COUNTERS, _PHY = "error-counters", "phy"
+_METRIC_CHECKS = (_ERROR_COUNTERS, _PHY)   # a tuple: `in` compares, so a check id that is a list is no error
 
 
-def _finite(value: Any) -> bool:
-    """A finite int or float (an int too large for a float is not: math.isfinite would raise)."""
-    if value.__class__ is float:
-        return math.isfinite(value)
-    return value.__class__ is int and -_MAX_GROWTH < value < _MAX_GROWTH
-
-
-class NodeGrade(enum.StrEnum):
+class NodeGrade(StrEnum):
     PASS = "pass"
     WARN = "warn"
     FAIL = "fail"
@@ -201,18 +204,18 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
     if not isinstance(data, dict):
         return no_report(host_hint or "?", NodeGrade.INVALID, f"not a netdoctor report: JSON {type(data).__name__}", source)
     reported_host = data.get("host")
-    named = reported_host[:_MAX_KEPT_CHARS] if isinstance(reported_host, str) and reported_host else None
+    named = reported_host[:MAX_KEPT_CHARS] if isinstance(reported_host, str) and reported_host else None
     host = host_hint or named or "?"
     alias = named if named is not None and named != host else None
     schema = data.get("schema")
     if not isinstance(schema, str) or not schema.startswith(REPORT_SCHEMA_PREFIX):
-        return no_report(host, NodeGrade.INVALID, f"not a netdoctor report: schema {_kept(repr(schema))}", source)
+        return no_report(host, NodeGrade.INVALID, f"not a netdoctor report: schema {shown(schema)}", source)
     try:
         grade = NodeGrade(data.get("grade"))
     except ValueError:
-        return no_report(host, NodeGrade.INVALID, f"report has no valid grade: {_kept(repr(data.get('grade')))}", source)
+        return no_report(host, NodeGrade.INVALID, f"report has no valid grade: {shown(data.get('grade'))}", source)
     if grade in (NodeGrade.UNREACHABLE, NodeGrade.INVALID):
-        return no_report(host, NodeGrade.INVALID, f"report has no valid grade: {_kept(repr(data.get('grade')))}", source)
+        return no_report(host, NodeGrade.INVALID, f"report has no valid grade: {shown(data.get('grade'))}", source)
     findings = data.get("findings")
     if not isinstance(findings, list):
         return no_report(host, NodeGrade.INVALID, "report has no findings list", source)
@@ -222,9 +225,11 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
     check_statuses: dict[str, str] = {}
     required: set[str] = set()
     checks = data.get("checks")
+    intern = sys.intern
     for outcome in checks if checks.__class__ is list else ():
-        if isinstance(outcome, dict) and isinstance(outcome.get("check"), str) and outcome.get("status") in _STATUS_SEVERITY:
-            check_statuses[sys.intern(outcome["check"])] = sys.intern(outcome["status"])
+        if outcome.__class__ is dict and outcome.get("check").__class__ is str \
+                and outcome.get("status").__class__ is str and outcome["status"] in _STATUS_SEVERITY:
+            check_statuses[intern(outcome["check"])] = intern(outcome["status"])
             if outcome.get("required") is True:
                 required.add(outcome["check"])
     positions = {check: position for position, check in enumerate(check_statuses)}
@@ -236,19 +241,20 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
     grade_status = str(grade)
     flagged = 0
     kept_findings: list[tuple[str, str | None, str, str]] = []
-    intern = sys.intern
-    # A check's status is the worst of its outcome and its non-shadow findings, whatever
-    # their order; so the passes (nearly every finding of a healthy fleet) are taken in
-    # one comprehension, and only the rest goes through the loop below.
-    passed = {finding.get("check") for finding in findings
-              if finding.__class__ is dict and finding.get("status") == "pass" and not finding.get("shadow")}
-    for check in passed:
-        if check.__class__ is str and check_statuses.get(check) in (None, "skip"):
+    # Two looks at each finding: a check's status is the worst of its outcome and its non-shadow
+    # findings, whatever their order, so the passes (nearly every finding of a healthy fleet)
+    # are taken as a set of checks in one comprehension; the rest, with the findings of the
+    # checks that give metrics (shadow ones too: measurements, not verdicts), in another.
+    for check in _passed(findings):
+        if check_statuses.get(check) in (None, "skip"):
             check_statuses[intern(check)] = "pass"
-    for finding in [finding for finding in findings if finding.__class__ is dict and finding.get("status") != "pass"]:
+    rest = [finding for finding in findings
+            if finding.__class__ is dict and (finding.get("status") != "pass" or finding.get("check") in _METRIC_CHECKS)]
+    for finding in rest:
         check = finding.get("check")
         status = finding.get("status")
-        if check.__class__ is not str or status not in _STATUS_SEVERITY or finding.get("shadow"):
+        if check.__class__ is not str or status.__class__ is not str or status not in _STATUS_SEVERITY \
+                or status == "pass" or finding.get("shadow"):
             continue
         known = check_statuses.get(check)
         severity = _STATUS_SEVERITY[status]
@@ -257,12 +263,13 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
             check_statuses[intern(check)] = intern(status)
         if severity >= _WARN_SEVERITY:
             flagged += 1
+            summary = kept_text(finding.get("summary") or "")[:_MAX_FINDING_CHARS]
             if len(kept_findings) < _MAX_KEPT_FINDINGS:
                 subject = finding.get("subject")
-                kept_findings.append((intern(check), _kept(subject)[:_MAX_ID_CHARS] if subject is not None else None,
-                                      intern(status), _kept(finding.get("summary") or "")[:_MAX_FINDING_CHARS]))
+                kept_findings.append((intern(check), kept_text(subject)[:_MAX_ID_CHARS] if subject is not None else None,
+                                      intern(status), summary))
             if check not in check_summaries:
-                check_summaries[check] = _kept(finding.get("summary") or "")
+                check_summaries[intern(check)] = summary
             rank = _top_rank(check, status, severity, grade_status, required, positions)
             if top_rank is None or rank < top_rank:
                 top, top_rank = finding, rank
@@ -272,23 +279,26 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
     top_finding: TopFinding | None = None
     if top is not None and grade is not NodeGrade.PASS:
         top_finding = TopFinding(
-            summary=_kept(top.get("summary") or top.get("status")),
-            check=_kept(top["check"]),
-            subject=_kept(top.get("subject")) if top.get("subject") is not None else None,
+            summary=kept_text(top.get("summary") or top.get("status")),
+            check=kept_text(top["check"]),
+            subject=kept_text(top.get("subject")) if top.get("subject") is not None else None,
         )
     metrics: dict[str, float] = {}
-    worst_ber = worst_pre_fec_ber_log10(findings)
+    worst_ber = worst_pre_fec_ber_log10([finding for finding in rest if finding.get("check") == _PHY])
     if worst_ber is not None:
         metrics[PHY_BER_METRIC] = worst_ber
     probe = data.get("probe")
     if isinstance(probe, dict):
         busbw = probe.get("busbw_gbps")
         if isinstance(busbw, (int, float)) and not isinstance(busbw, bool):
-            if not _finite(busbw) or not 0 <= busbw <= _MAX_BUSBW_GBPS:
+            if not finite(busbw) or not 0 <= busbw <= _MAX_BUSBW_GBPS:
                 return no_report(host, NodeGrade.INVALID, "report's probe busbw_gbps is not a bus bandwidth: "
-                                 f"{_kept(repr(busbw))[:40]}", source)
+                                 f"{shown(busbw)[:40]}", source)
             metrics[BUSBW_METRIC] = float(busbw)
-    error_growth = counter_growth(findings, _STATUS_SEVERITY)
+    # (`counter_growth` looks each status up: one that is a list or an object is no status.)
+    counters = [finding for finding in rest
+                if finding.get("check") == _ERROR_COUNTERS and finding.get("status").__class__ not in (list, dict)]
+    error_growth = counter_growth(counters, _STATUS_SEVERITY)
     if error_growth is not None:
         if not math.isfinite(error_growth):
             return no_report(host, NodeGrade.INVALID, "report's error counter growth is not a finite number", source)
@@ -305,22 +315,15 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
         other_findings=flagged - 1 if top_finding is not None else 0,
         **bounded_fabric(data.get("fabric"), data.get("neighbors")), platform=bounded_platform(data.get("fabric")),
         nvlink_domain=bounded_domain(data.get("fabric")),
-        probe=bounded_facts(probe, _PROBE_KEYS),
+        probe=bounded_facts(probe, PROBE_KEYS),
         versions=bounded_versions(data.get("versions")),
         findings=tuple(kept_findings),
     )
 
 
-# CONTRACT 6.3's version kinds; a node's other keys are not compared.
-VERSION_KINDS = ("driver", "cuda_driver", "vbios", "hca_firmware", "ofed", "mlx5_core", "nccl", "kernel",
-                 "fabric_manager", "efa", "libfabric", "nccl_net_plugin")
-_VERSION_KIND_SET = frozenset(VERSION_KINDS)
-# Kinds given per model (a map model -> version); the others are one string per node.
-_PER_MODEL_KINDS = frozenset(("vbios", "hca_firmware"))
 _MAX_ID_CHARS = 128
 _MAX_FINDING_CHARS = 200
 _MAX_KEPT_FINDINGS = 32
-_MAX_PORTS = 64
 
 
 def finding_json(finding: tuple[str, str | None, str, str]) -> dict[str, Any]:
@@ -328,104 +331,16 @@ def finding_json(finding: tuple[str, str | None, str, str]) -> dict[str, Any]:
     return {"check": check, "subject": subject, "status": status, "summary": summary}
 
 
-def bounded_versions(data: Any) -> dict[str, Any]:
-    """The report's `versions`: known kinds only, a string or a map of up to 16 model -> version
-    strings, each cut to 128 characters and interned (ten thousand nodes share a few values)."""
-    if data.__class__ is not dict:
-        return {}
-    intern = sys.intern
-    kept: dict[str, Any] = {}
-    for kind, value in data.items():
-        if kind not in _VERSION_KIND_SET:
-            continue
-        if kind not in _PER_MODEL_KINDS:
-            if value.__class__ is str:
-                kept[kind] = intern(value[:_MAX_ID_CHARS])
-        elif value.__class__ is dict:
-            kept[kind] = {intern(str(model)[:_MAX_ID_CHARS]): intern(version[:_MAX_ID_CHARS])
-                          for model, version in list(value.items())[:16] if version.__class__ is str}
-    return kept
-
-
-def bounded_fabric(fabric: Any, neighbors: Any) -> dict[str, Any]:
-    """`gpus` and `rails` of the report's `fabric`, each rail with its first-hop switch from
-    `neighbors`: typed, up to 64 rails, names cut and interned (a leaf's name is shared by
-    its nodes' ports)."""
-    if fabric.__class__ is not dict:
-        return {}
-    gpus, rails = fabric.get("gpus"), fabric.get("rails")
-    kept: dict[str, Any] = {"gpus": gpus} if gpus.__class__ is int and 0 <= gpus < 1 << 16 else {}
-    if rails.__class__ is not list:
-        return kept
-    if fabric.get("rails_guessed") is True:
-        kept["rails_guessed"] = True
-    if neighbors.__class__ is not dict:
-        neighbors = {}
-    intern = sys.intern
-    kept_rails = []
-    seen_ports: set[str] = set()   # a port listed twice counts once
-    for rail in rails[:_MAX_PORTS]:
-        port = rail.get("port") if rail.__class__ is dict else None
-        if port.__class__ is not str or port in seen_ports:
-            continue
-        seen_ports.add(port)
-        rate, gpu, switch = rail.get("rate_gbps"), rail.get("gpu"), neighbors.get(port)
-        guid = name = None
-        if switch.__class__ is dict:
-            guid, name = switch.get("switch_guid"), switch.get("switch_name")
-            guid = intern(guid[:_MAX_ID_CHARS]) if guid.__class__ is str else None
-            name = intern(name[:_MAX_ID_CHARS]) if name.__class__ is str else None
-        kept_rails.append((intern(port[:_MAX_ID_CHARS]),
-                           float(rate) if _finite(rate) else None,
-                           gpu if gpu.__class__ is int and 0 <= gpu < 1 << 16 else None, guid, name))
-    kept["rails"] = tuple(kept_rails)
-    return kept
-
-
-# What the fleet keeps of a probe-node report's `probe` (a node's own words: bounded, typed).
-_PROBE_KEYS = {"status": str, "reason": str, "round": int, "group": list, "busbw_gbps": float, "transport": str,
-               "rails": dict, "sharp": bool, "sharp_initialized": bool, "algorithm": str, "net_plugin": str,
-               "net_plugin_missing": bool, "collnet_enable": str}
-_MAX_FACT_ITEMS = 64
-
-
-def bounded_facts(data: Any, keys: Mapping[str, type]) -> dict[str, Any]:
-    """The known keys of `data` with the expected type, strings cut, lists and maps of at
-    most 64 short strings or finite numbers; anything else is dropped, never trusted."""
-    if data.__class__ is not dict:
-        return {}
-    kept: dict[str, Any] = {}
-    for key in data.keys() & keys.keys():
-        kind, value = keys[key], data[key]
-        if kind is float and _finite(value):
-            kept[key] = float(value)
-        elif kind is int and value.__class__ is int and 0 <= value < 1 << 20:
-            kept[key] = value
-        elif kind in (str, bool) and value.__class__ is kind:
-            kept[key] = _kept(value) if kind is str else value
-        elif kind is list and value.__class__ is list:
-            kept[key] = [_small(item) for item in value[:_MAX_FACT_ITEMS]]
-        elif kind is dict and value.__class__ is dict:
-            kept[key] = {_kept(name)[:64]: number for name, number in list(value.items())[:_MAX_FACT_ITEMS]
-                         if _finite(number)}
-    return kept
-
-
-def _small(item: Any) -> Any:
-    if item.__class__ is str:
-        return item[:_MAX_KEPT_CHARS]
-    if item.__class__ is dict:
-        return {str(name)[:64]: value[:_MAX_KEPT_CHARS] if value.__class__ is str else value
-                for name, value in list(item.items())[:8]
-                if value is None or value.__class__ in (str, bool) or _finite(value)}
-    return None
-
-
-def _kept(value: object) -> str:
-    """A string of the report as the fleet keeps it: at most `_MAX_KEPT_CHARS` long."""
-    text = str(value)
-    return text if len(text) <= _MAX_KEPT_CHARS else text[:_MAX_KEPT_CHARS] + "…"
-
+def _passed(findings: list[Any]) -> set[str]:
+    """The checks of the report's non-shadow findings that pass."""
+    try:
+        passed = {finding.get("check") for finding in findings
+                  if finding.__class__ is dict and finding.get("status") == "pass" and not finding.get("shadow")}
+    except TypeError:                  # a check id that is a list or an object
+        passed = {finding.get("check") for finding in findings if finding.__class__ is dict
+                  and finding.get("check").__class__ is str and finding.get("status") == "pass" and not finding.get("shadow")}
+    passed.discard(None)
+    return passed if all(check.__class__ is str for check in passed) else {check for check in passed if check.__class__ is str}
 
 def _top_rank(check: str, status: str, severity: int, grade: str, required: set[str],
               positions: Mapping[str, int]) -> tuple[int, int, int, str]:

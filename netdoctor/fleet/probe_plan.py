@@ -36,8 +36,14 @@ healthy node between two slow ones: the pairs cannot tell these apart).
 themselves: the pack's `[fleet-probe] expected_busbw_gbps` where set (> 0); else the fabric
 most nodes report (the mode of GPU count and rail rates, held by more nodes than any other)
 as rails x rate / 8 x `efficiency`; else, where that majority reports no rate or there is
-no majority (a tie), the median of the round's groups. A node claiming another fabric has
-one vote in the mode and cannot lower, or raise, any group's expectation.
+no majority (a tie), there is no expectation (`expected_gbps` null) and each group is judged
+against the median of its round's groups, which needs two groups at least: a group alone in
+its round, with no expectation, is judged against nothing (`unknown`), never against itself.
+A node claiming another fabric has one vote in the mode and cannot lower, or raise, any
+group's expectation.
+
+**Transport.** A group whose NCCL ran over TCP sockets (NET/Socket) never passes, and nor do
+its nodes: the GPU fabric carried nothing, whatever the bus bandwidth.
 """
 
 from __future__ import annotations
@@ -48,6 +54,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
+
+from netdoctor.parsers.nccl import network_kind
 
 ROUND_PAIRS, ROUND_SHIFTED, ROUND_RAILS = 1, 2, 3
 
@@ -196,15 +204,34 @@ def ratio_of(measurement: Measurement, reference: float | None) -> float | None:
     return measurement.busbw_gbps / reference
 
 
-def references(measurements: Sequence[Measurement], fabrics: Mapping[str, NodeFabric],
-               thresholds: Thresholds) -> dict[tuple[str, ...], float | None]:
-    """Each group's yardstick: the fleet's expectation, else the median of its round's groups."""
-    expected = fleet_expectation(fabrics, thresholds)
+def round_medians(measurements: Sequence[Measurement]) -> dict[int, float | None]:
+    """Per round, the median busbw of its measured groups; None for a round of fewer than two
+    (the median of one group is that group: it would pass against itself)."""
     medians: dict[int, float | None] = {}
     for number in {measurement.round for measurement in measurements}:
         values = [m.busbw_gbps for m in measurements if m.round == number and m.status == "ok" and m.busbw_gbps]
-        medians[number] = statistics.median(values) if values else None
+        medians[number] = statistics.median(values) if len(values) >= 2 else None
+    return medians
+
+
+def references(measurements: Sequence[Measurement], fabrics: Mapping[str, NodeFabric],
+               thresholds: Thresholds) -> dict[tuple[str, ...], float | None]:
+    """Each group's yardstick: the fleet's expectation, else the median of its round's groups
+    (None where neither is: no expectation, and the group alone in its round)."""
+    expected = fleet_expectation(fabrics, thresholds)
+    medians = round_medians(measurements) if expected is None else {}
     return {measurement.hosts: expected or medians[measurement.round] for measurement in measurements}
+
+
+def yardstick_words(fabrics: Mapping[str, NodeFabric], thresholds: Thresholds) -> str:
+    """What a ratio is of, as the verdicts say it."""
+    return ("the expected bus bandwidth" if fleet_expectation(fabrics, thresholds) is not None
+            else "the round's median bus bandwidth (no expectation set)")
+
+
+def on_sockets(measurement: Measurement) -> bool:
+    """NCCL carried the group over TCP sockets, not the GPU fabric."""
+    return network_kind(measurement.transport) == "socket"
 
 
 def group_ratios(measurements: Sequence[Measurement], yardsticks: Mapping[tuple[str, ...], float | None],
@@ -238,8 +265,8 @@ def node_suspects(measurements: Sequence[Measurement], fabrics: Mapping[str, Nod
             continue
         detail = ", ".join(f"{ratio:.0%} with {'+'.join(other for other in hosts if other != host)}"
                            for ratio, hosts in seen)
-        suspects.append(Suspect("node", host, None, f"every group with {host} ran slow: {detail} of the expected "
-                                f"bus bandwidth; {', '.join(witnesses)} ran fine with other nodes"))
+        suspects.append(Suspect("node", host, None, f"every group with {host} ran slow: {detail} of "
+                                f"{yardstick_words(fabrics, thresholds)}; {', '.join(witnesses)} ran fine with other nodes"))
     return suspects
 
 
@@ -323,17 +350,26 @@ def node_grades(hosts: Sequence[str], measurements: Sequence[Measurement], suspe
                 fabrics: Mapping[str, NodeFabric], thresholds: Thresholds) -> dict[str, tuple[str, str]]:
     """Each host's probe verdict (pass/warn/fail/unknown/unreachable) and its one-line why."""
     yardsticks = references(measurements, fabrics, thresholds)
+    words = yardstick_words(fabrics, thresholds)
     mine: dict[str, list[Measurement]] = {}
     for measurement in measurements:
         if measurement.round != ROUND_RAILS:
             for host in measurement.hosts:
                 mine.setdefault(host, []).append(measurement)
-    return {host: _grade(host, mine.get(host, []), [s for s in suspects if s.host == host], yardsticks, thresholds)
-            for host in hosts}
+    verdicts = {}
+    for host in hosts:
+        grade, why = _grade(host, mine.get(host, []), [s for s in suspects if s.host == host], yardsticks, thresholds,
+                            words)
+        verdicts[host] = _on_sockets(host, grade, why, mine.get(host, []))
+    return verdicts
+
+
+def _others(host: str, measurement: Measurement) -> str:
+    return "+".join(other for other in measurement.hosts if other != host)
 
 
 def _grade(host: str, mine: list[Measurement], accused: list[Suspect],
-           yardsticks: Mapping[tuple[str, ...], float | None], thresholds: Thresholds) -> tuple[str, str]:
+           yardsticks: Mapping[tuple[str, ...], float | None], thresholds: Thresholds, words: str) -> tuple[str, str]:
     silent = next((m for m in mine if host in m.silent), None)
     if silent is not None:
         return "unreachable", silent.why
@@ -343,10 +379,17 @@ def _grade(host: str, mine: list[Measurement], accused: list[Suspect],
         return ("fail" if best < thresholds.warn_fraction or accused[0].kind == "rail" else "warn"), accused[0].why
     if not ratios:
         failed = next((m for m in mine if m.status != "ok"), None)
-        return "unknown", failed.why if failed is not None else "not measured"
+        if failed is not None:
+            return "unknown", failed.why
+        measured = next((m for m in mine if m.busbw_gbps is not None), None)
+        if measured is None:
+            return "unknown", "not measured"
+        return "unknown", (f"{measured.busbw_gbps:g} GB/s with {_others(host, measured)}, judged against nothing: no "
+                           "expectation (no rail rate in the nodes' reports, no [fleet-probe] expected_busbw_gbps) "
+                           "and no other group in its round to compare with")
     best = max(ratios)
     partner = next(m for m in mine if ratio_of(m, yardsticks[m.hosts]) == best)
-    text = f"{best:.0%} of the expected bus bandwidth with {'+'.join(h for h in partner.hosts if h != host)}"
+    text = f"{best:.0%} of {words} with {_others(host, partner)}"
     if best >= thresholds.pass_fraction:
         return "pass", text
     # Slow in every group, yet no suspect: one partner only, or partners slow elsewhere too.
@@ -354,3 +397,12 @@ def _grade(host: str, mine: list[Measurement], accused: list[Suspect],
     alone = ("its only measured partner: the two are not told apart" if len(partners) < 2
              else "each partner was slow elsewhere too: not told apart from them")
     return "warn", f"{text}; {alone}"
+
+
+def _on_sockets(host: str, grade: str, why: str, mine: list[Measurement]) -> tuple[str, str]:
+    """A node whose group ran over TCP sockets is never `pass`, and says so whatever its grade."""
+    socket = [m for m in mine if m.status == "ok" and on_sockets(m)]
+    if not socket:
+        return grade, why
+    note = f"NCCL ran over TCP sockets (NET/Socket) with {', '.join(_others(host, m) for m in socket)}, not the GPU fabric"
+    return ("warn" if grade == "pass" else grade), f"{why}; {note}" if why else note

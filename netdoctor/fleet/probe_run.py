@@ -22,18 +22,19 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Any
 
-import structlog
 from ClusterShell.NodeSet import NodeSet
 
 from netdoctor.fleet.model import NodeGrade, NodeSummary, TopFinding
 from netdoctor.fleet.probe_node import encode_plan
-from netdoctor.fleet.probe_plan import Group, Measurement, NodeFabric, Thresholds, localise, node_grades, references
+from netdoctor.fleet.probe_plan import (Group, Measurement, NodeFabric, Thresholds, fleet_expectation, localise,
+                                        node_grades, on_sockets, references)
 from netdoctor.fleet.report import FleetReport, build_fleet_report
 from netdoctor.fleet.settings import fleet_settings
 from netdoctor.fleet.sweep import SweepOptions, parse_hosts, run_sweep
+from netdoctor.logging import get_logger
 from netdoctor.parsers.nccl import network_kind
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 NODE_COMMAND = "netdoctor fleet probe-node"
 # Beyond the traffic budget: ssh/srun start, Python and netdoctor start, discovery (~3 s).
@@ -82,7 +83,7 @@ def run_fleet_probe(options: FleetProbeOptions) -> FleetReport:
     rounds: list[dict[str, Any]] = []
 
     def measure(number: int, groups: list[Group]) -> list[Measurement]:
-        outcome = _run_round(options, number, groups, fabrics)
+        outcome = _run_round(options, number, groups, fabrics, sharp_expected)
         rounds.append({"round": number, "groups": len(groups)})
         return outcome
 
@@ -103,7 +104,7 @@ def run_fleet_probe(options: FleetProbeOptions) -> FleetReport:
 
 
 def _run_round(options: FleetProbeOptions, number: int, groups: list[Group],
-               fabrics: dict[str, NodeFabric]) -> list[Measurement]:
+               fabrics: dict[str, NodeFabric], sharp_expected: bool = False) -> list[Measurement]:
     members = sorted({host for group in groups for host in group.hosts})
     plan = {"round": number, "budget_s": options.round_budget_s, "groups": [group.to_json() for group in groups],
             "nodes": {host: {"gpus": fabrics[host].gpus, "rails": len(fabrics[host].rails)} for host in members}}
@@ -113,10 +114,11 @@ def _run_round(options: FleetProbeOptions, number: int, groups: list[Group],
     result = run_sweep(SweepOptions(str(NodeSet.fromlist(members)), options.via, max(len(members), 1), timeout_s,
                                     options.rcmd, remote_command=command), label=f"round {number}")
     answers = {node.host: node for node in result.nodes}
-    return [_group_measurement(number, group, answers) for group in groups]
+    return [_group_measurement(number, group, answers, sharp_expected) for group in groups]
 
 
-def _group_measurement(number: int, group: Group, answers: dict[str, NodeSummary]) -> Measurement:
+def _group_measurement(number: int, group: Group, answers: dict[str, NodeSummary],
+                       sharp_expected: bool = False) -> Measurement:
     """A group's outcome from its members' own reports: the slower member's busbw."""
     parts = [answers.get(host) for host in group.hosts]
     silent = tuple(host for host, part in zip(group.hosts, parts)
@@ -134,15 +136,32 @@ def _group_measurement(number: int, group: Group, answers: dict[str, NodeSummary
     # NCCL quietly on TCP (no plugin, FI_PROVIDER, NCCL_NET=Socket): said, whatever the busbw.
     socket = ("NCCL ran over TCP sockets (NET/Socket), not the GPU fabric" if network_kind(transport) == "socket"
               else "")
+    sharp = _sharp(facts, transport, sharp_expected)
     return Measurement(group.hosts, number, min(fact["busbw_gbps"] for fact in facts), rails, transport,
-                       sharp=all(fact.get("sharp") for fact in facts) if facts else None,
-                       algorithm=facts[0].get("algorithm"),
-                       why="; ".join(part for part in (socket, _sharp_why(facts)) if part))
+                       sharp=sharp, algorithm=facts[0].get("algorithm"),
+                       why="; ".join(part for part in (socket, _sharp_why(facts) if sharp is False else "") if part))
+
+
+# Networks NCCL cannot reduce in over SHARP (SHARP is InfiniBand switches' in-network reduction).
+_NO_SHARP = ("socket", "ofi", "tcpx", "tcpxo")
+
+
+def _sharp(facts: list[dict[str, Any]], transport: str | None, sharp_expected: bool) -> bool | None:
+    """True: SHARP carried the measured size on every member; False: it did not, on a fabric that
+    could use it; None: not said, the fabric not known to offer SHARP. Could use it: the pack says
+    the fabric offers it (`[fleet-probe] sharp_expected`, a site's word: Quantum switches and an
+    aggregation manager), or NCCL's own log on a member shows it there (the SHARP plugin
+    initialised, CollNet channels connected); never on sockets, EFA or GPUDirect-TCPX. An
+    installed plugin or NCCL_COLLNET_ENABLE=1 alone say what a node has or asks, not what the
+    switches offer: without a pack's word or NCCL's, nothing is claimed."""
+    if facts and all(fact.get("sharp") for fact in facts):
+        return True
+    if network_kind(transport) in _NO_SHARP:
+        return None
+    return False if sharp_expected or any(fact.get("sharp_initialized") for fact in facts) else None
 
 
 def _sharp_why(facts: list[dict[str, Any]]) -> str:
-    if all(fact.get("sharp") for fact in facts):
-        return ""
     if any(fact.get("net_plugin_missing") for fact in facts):
         return "SHARP not used: NCCL found no net plugin (libnccl-net.so of nccl-rdma-sharp-plugins)"
     if not all(fact.get("collnet_enable") == "1" for fact in facts):
@@ -157,21 +176,29 @@ def pair_rows(measurements: list[Measurement], fabrics: dict[str, NodeFabric], t
               sharp_expected: bool) -> list[dict[str, Any]]:
     """`probe.pairs` of the fleet report (CONTRACT 6.3), one row per group and round."""
     yardsticks = references(measurements, fabrics, thresholds)
+    # Null where no pack value or rail rate sets one (CONTRACT 6.3: the key stays); the round's
+    # median then stands in as the yardstick, said as `round_median_gbps`.
+    expected = fleet_expectation(fabrics, thresholds)
     rows = []
     for measurement in measurements:
-        expected = yardsticks.get(measurement.hosts)
+        yardstick = yardsticks.get(measurement.hosts)
         row: dict[str, Any] = {"hosts": list(measurement.hosts), "round": measurement.round,
                                "busbw_gbps": measurement.busbw_gbps, "expected_gbps": expected,
                                "transport": measurement.transport}
+        if expected is None and yardstick:
+            row["round_median_gbps"] = round(yardstick, 3)
         if measurement.status == "unreachable":
             row.update(status="unreachable", why=measurement.why)
-        elif measurement.status != "ok" or measurement.busbw_gbps is None or not expected:
-            row.update(status="unknown", why=measurement.why or "no expected level")
+        elif measurement.status != "ok" or measurement.busbw_gbps is None or not yardstick:
+            nothing = ("" if measurement.status != "ok" or measurement.busbw_gbps is None else
+                       "no expectation (no rail rate in the nodes' reports, no [fleet-probe] expected_busbw_gbps) "
+                       "and no other group in its round to compare with")
+            row.update(status="unknown", why="; ".join(filter(None, (nothing, measurement.why))) or "no expected level")
         else:
-            ratio = measurement.busbw_gbps / expected
+            ratio = measurement.busbw_gbps / yardstick
             row["status"] = ("pass" if ratio >= thresholds.pass_fraction else
                              "warn" if ratio >= thresholds.warn_fraction else "fail")
-            if network_kind(measurement.transport) == "socket":
+            if on_sockets(measurement):
                 # On sockets the fabric carried nothing: never a pass, whatever the yardstick said.
                 row.update(status="warn" if row["status"] == "pass" else row["status"], why=measurement.why)
             elif sharp_expected and measurement.sharp is False and row["status"] == "pass":

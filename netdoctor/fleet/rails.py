@@ -65,26 +65,54 @@ def find_rails(nodes: Iterable[NodeSummary], thresholds: RailThresholds = RailTh
     with_rails = [node for node in nodes if node.rails]
     judged = [node for node in with_rails if not node.rails_guessed]
     names = _RailNames(judged)
+    keys = _leaf_keys(with_rails)
     leaves: dict[str, _Leaf] = {}
     for node in judged:
-        _vote(node, names, leaves)
+        _vote(node, names, leaves, keys)
     for node in with_rails:
         if node.rails_guessed:
-            _not_judged(node, leaves)
+            _not_judged(node, leaves, keys)
     labels = names.labels({rail for leaf in leaves.values() for rail in leaf.shares})
     entries = [_leaf_entry(key, leaf, labels, thresholds) for key, leaf in leaves.items()]
     entries.sort(key=lambda entry: (not entry["odd"], natural_key(entry["leaf"])))
     return entries
 
 
-def _vote(node: NodeSummary, names: _RailNames, leaves: dict[str, _Leaf]) -> None:
+def _leaf_keys(nodes: list[NodeSummary]) -> dict[str, str]:
+    """Switch name -> the one GUID nodes give with it: a node that names a leaf without its GUID
+    (a neighbour source that gives none) lands on the same leaf as the nodes giving both, so the
+    leaf is one entry, not two. A name given with several GUIDs (two ASICs of one box, or a lie)
+    stays its own key."""
+    seen: dict[str, str | None] = {}
+    for node in nodes:
+        for _, _, _, guid, switch_name in node.rails:
+            if guid is None or switch_name is None:
+                continue
+            if switch_name not in seen:
+                seen[switch_name] = guid
+            elif seen[switch_name] != guid:
+                seen[switch_name] = None
+    return {name: guid for name, guid in seen.items() if guid is not None}
+
+
+def _key(guid: str | None, switch_name: str | None, keys: dict[str, str]) -> str | None:
+    return guid or (keys.get(switch_name, switch_name) if switch_name is not None else None)
+
+
+def _merged_guid(key: str, switch_name: str | None) -> str | None:
+    """The GUID a name-only port was keyed by (None where it kept its name as key)."""
+    return key if switch_name is not None and key != switch_name else None
+
+
+def _vote(node: NodeSummary, names: _RailNames, leaves: dict[str, _Leaf], keys: dict[str, str]) -> None:
     """The node's one vote on each leaf it names, split evenly over the rails it puts there."""
     # Leaf (by GUID, else name) -> (its GUID, its name as this node gives it, this node's rails there, each once).
     on_leaf: dict[str, tuple[str | None, str | None, list[str]]] = {}
     for port, _, gpu, guid, switch_name in node.rails:
-        key = guid or switch_name
+        key = _key(guid, switch_name, keys)
         if key is None:
             continue
+        guid = guid or _merged_guid(key, switch_name)
         rail = names.of(port, gpu)
         there = on_leaf.get(key)
         if there is None:
@@ -110,15 +138,15 @@ def _vote(node: NodeSummary, names: _RailNames, leaves: dict[str, _Leaf]) -> Non
                 hosts[rail] = [host]
 
 
-def _not_judged(node: NodeSummary, leaves: dict[str, _Leaf]) -> None:
+def _not_judged(node: NodeSummary, leaves: dict[str, _Leaf], keys: dict[str, str]) -> None:
     """The node listed on each leaf it names, voting on nothing (not even the leaf's name, unless
     no judged node gives one)."""
     named: set[str] = set()
     for _, _, _, guid, switch_name in node.rails:
-        key = guid or switch_name
+        key = _key(guid, switch_name, keys)
         if key is not None and key not in named:
             named.add(key)
-            leaf = _leaf(leaves, key, guid)
+            leaf = _leaf(leaves, key, guid or _merged_guid(key, switch_name))
             leaf.not_judged.append(node.host)
             if switch_name is not None and not leaf.nodes:
                 leaf.names[switch_name] = leaf.names.get(switch_name, 0) + 1

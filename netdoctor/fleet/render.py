@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 
-from netdoctor.fleet.html_parts import changes_html, domains_html, drift_html, escape, folded_note, grid_html, rails_html
+from netdoctor.fleet.html_parts import (changes_html, domains_html, drift_html, escape, folded_note, grid_html,
+                                       rails_html, wrong_html)
 from netdoctor.fleet.model import BUSBW_METRIC, GRADE_ORDER, NodeGrade, NodeSummary
 from netdoctor.fleet.probe_render import probe_html, probe_text_lines
 from netdoctor.fleet.report import FleetReport
@@ -15,6 +17,9 @@ from netdoctor.textsafe import safe_text
 
 # Text output lists at most this many nodes per section, then folds the rest.
 _TEXT_LIST_LIMIT = 100
+
+# A section's first heading with an id: the contents line links to it.
+_HEADING = re.compile(r'<h2 id="([\w-]+)">([^<]*)</h2>')
 
 _PROBLEM_GRADES = (NodeGrade.FAIL, NodeGrade.UNREACHABLE, NodeGrade.INVALID)
 _ATTENTION_GRADES = (NodeGrade.UNKNOWN, NodeGrade.WARN)
@@ -133,6 +138,9 @@ td.hosts{max-width:90ch;overflow-wrap:anywhere;font:11px/1.3 ui-monospace,monosp
 .note{color:#616161;margin:2px 0}
 #busbw-dots .d-fail{fill:var(--fail)}#busbw-dots .d-warn{fill:var(--warn)}#busbw-dots .d-unknown{fill:var(--unknown)}
 #busbw-dots .d-out{fill:#fff;stroke:var(--fail);stroke-width:2}#busbw-dots text.label{fill:var(--fail)}
+#contents{margin:4px 0;color:#616161}#contents a{color:#1565c0}
+#wrong td{vertical-align:top}#fleet-wrong{margin:4px 0;padding-left:18px}
+details>summary{cursor:pointer;color:#424242;margin:2px 0}ul.alike{margin:2px 0;padding-left:18px}
 """
 
 _SCRIPT = """
@@ -156,6 +164,8 @@ _SCRIPT = """
 
 
 def render_html(report: FleetReport) -> str:
+    """What is wrong and the node × check grid first; then what changed, the traffic, the bus
+    bandwidth, the fleet against itself (what agrees everywhere folded away)."""
     counts = report.counts
     parts: list[str] = [
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
@@ -166,17 +176,43 @@ def render_html(report: FleetReport) -> str:
     for grade in GRADE_ORDER:
         parts.append(f"<span class=\"badge g-{grade}\" data-count=\"{counts[grade]}\">{grade} {counts[grade]}</span>")
     parts.append("</div>")
-    # The news first: what an on-call engineer opens the page for.
-    parts.append(changes_html(report.changes))
+    sections = [wrong_html(report), _grid_section(report), changes_html(report.changes), probe_html(report.probe),
+                _busbw_section(report), _tallies_section(report), drift_html(report.drift), rails_html(report.rails),
+                domains_html(report.nvlink_domains)]
+    sections = [section for section in sections if section]
+    parts.append(_contents(sections))
+    parts += sections
+    parts.append(f"<script>{_SCRIPT}</script></body></html>\n")
+    return "".join(parts)
 
+
+def _contents(sections: list[str]) -> str:
+    """A line of links to the page's sections, by their headings."""
+    links = [(match[1], match[2].split(" (")[0]) for section in sections for match in [_HEADING.search(section)] if match]
+    return ("<nav id=\"contents\">" + " · ".join(f"<a href=\"#{anchor}\">{title}</a>" for anchor, title in links)
+            + "</nav>") if links else ""
+
+
+def _grid_section(report: FleetReport) -> str:
+    return (
+        "<h2 id=\"grid-heading\">Nodes × checks</h2><div id=\"controls\"><input id=\"q\" type=\"search\" "
+        "placeholder=\"filter: host, grade, check or text (space = and)\" autocomplete=\"off\"> "
+        "<label><input id=\"only\" type=\"checkbox\"> only nodes that did not pass</label> "
+        f"&nbsp; <span id=\"shown\">{len(report.nodes)}</span> of {len(report.nodes)} shown</div>"
+        + folded_note(report) + grid_html(report))
+
+
+def _busbw_section(report: FleetReport) -> str:
+    parts: list[str] = []
     busbw = [node.metrics[BUSBW_METRIC] for node in report.nodes if BUSBW_METRIC in node.metrics]
     if busbw:
-        parts.append("<h2>NCCL bus bandwidth (GB/s) across the fleet</h2>")
+        parts.append("<h2 id=\"busbw-heading\">NCCL bus bandwidth (GB/s) across the fleet</h2>")
         parts.append(busbw_histogram_svg(busbw, {o.host for o in report.outliers if o.metric == BUSBW_METRIC}))
         parts.append("<h2>NCCL bus bandwidth (GB/s) per node</h2>")
         parts.append(busbw_dotplot_svg(report.nodes, report.outliers, report.outlier_threshold))
     if report.outliers:
-        parts.append(f"<h2>Fleet outliers (robust z-score beyond {report.outlier_threshold:g})</h2><table class=\"small\" id=\"outliers\">")
+        parts.append(f"<h2 id=\"outliers-heading\">Fleet outliers (robust z-score beyond {report.outlier_threshold:g})</h2>"
+                     "<table class=\"small\" id=\"outliers\">")
         parts.append("<tr><th>host</th><th>metric</th><th>value</th><th>fleet median</th><th>z</th></tr>")
         for outlier in report.outliers:
             parts.append(
@@ -184,26 +220,18 @@ def render_html(report: FleetReport) -> str:
                 f"<td>{outlier.fleet_median:g}</td><td>{outlier.robust_z:+.1f}</td></tr>"
             )
         parts.append("</table>")
-    parts.append(probe_html(report.probe))
-    tallies = report.check_tallies()
-    if tallies:
-        parts.append("<h2>Checks failing most</h2><table class=\"small\" id=\"tallies\"><tr><th>check</th><th>fail</th><th>unknown</th><th>warn</th></tr>")
-        for tally in tallies:
-            parts.append(f"<tr><td>{escape(tally.check)}</td><td>{tally.fail}</td><td>{tally.unknown}</td><td>{tally.warn}</td></tr>")
-        parts.append("</table>")
-    parts.append(drift_html(report.drift))
-    parts.append(rails_html(report.rails))
-    parts.append(domains_html(report.nvlink_domains))
+    return "".join(parts)
 
-    parts.append(
-        "<h2>Nodes × checks</h2><div id=\"controls\"><input id=\"q\" type=\"search\" "
-        "placeholder=\"filter: host, grade, check or text (space = and)\" autocomplete=\"off\"> "
-        "<label><input id=\"only\" type=\"checkbox\"> only nodes that did not pass</label> "
-        f"&nbsp; <span id=\"shown\">{len(report.nodes)}</span> of {len(report.nodes)} shown</div>"
-    )
-    parts.append(folded_note(report))
-    parts.append(grid_html(report))
-    parts.append(f"<script>{_SCRIPT}</script></body></html>\n")
+
+def _tallies_section(report: FleetReport) -> str:
+    tallies = report.check_tallies()
+    if not tallies:
+        return ""
+    parts = ["<h2 id=\"tallies-heading\">Checks failing most</h2><table class=\"small\" id=\"tallies\"><tr><th>check</th>"
+             "<th>fail</th><th>unknown</th><th>warn</th></tr>"]
+    for tally in tallies:
+        parts.append(f"<tr><td>{escape(tally.check)}</td><td>{tally.fail}</td><td>{tally.unknown}</td><td>{tally.warn}</td></tr>")
+    parts.append("</table>")
     return "".join(parts)
 
 

@@ -16,6 +16,8 @@ from netdoctor.fleet.rails import RailThresholds, find_rails
 from netdoctor.util import natural_key, utc_now_iso
 
 FLEET_SCHEMA = "netdoctor.fleet/1"
+# The most check columns the fleet shows: five times the checks netdoctor has, room for third-party ones.
+MAX_COLUMNS = 100
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,12 @@ def build_fleet_report(
             if check not in earliest or position < earliest[check]:
                 earliest[check] = position
     checks = sorted(earliest, key=lambda check: (earliest[check], check))
+    if len(checks) > MAX_COLUMNS:
+        # Check ids no pack has (nodes each naming their own) would make the node x check grid
+        # quadratic: the columns are the ones most nodes give, in the same order.
+        given = Counter(check for node in ordered for check in node.check_statuses)
+        kept = set(sorted(checks, key=lambda check: (-given[check], earliest[check], check))[:MAX_COLUMNS])
+        checks = [check for check in checks if check in kept]
     return FleetReport(
         generated_at=generated_at or utc_now_iso(),
         nodes=ordered,

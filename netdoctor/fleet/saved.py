@@ -6,11 +6,12 @@ whose first line does not read as `host: line` output. Its node is the `host` of
 report inside; without a usable report it is listed under the file name less its last
 suffix (`bad.json` -> `bad`): `invalid` when it holds anything else (garbage, broken
 JSON), `unreachable` when it is empty (the node gave no answer). Otherwise parallel-shell
-output, whose hosts are listed; such a file in which no line names a host is listed
-under its name as `invalid`, and an empty one names nobody. `*.err` files are stderr
+output, whose hosts are listed (an empty one names nobody): its first line is a `host: line`
+or the shell's own message. A file given by name that is neither (a binary file, a log) is
+the wrong file, not a node's answer: a usage error naming it. `*.err` files are stderr
 captures: they explain nodes and never name one themselves (an empty `sweep.err` is the
-normal case). Two files with reports for one host make it `invalid` with both reports'
-verdicts kept beside (`refusal`): a second file never hides a failing node.
+normal case). Two files with reports for one host make it `invalid`, each file named with
+its report's verdict beside (`refusal`): a second file never hides a failing node.
 """
 
 from __future__ import annotations
@@ -22,19 +23,20 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-import structlog
-
 from netdoctor.errors import UsageError
-from netdoctor.fleet.bounded import MAX_REPORT_CHARS, chunks, describe_json_error, raw_decode, read_head
+from netdoctor.fleet.bounded import MAX_REPORT_CHARS, BadJson, chunks, decode_first, describe_json_error, read_head, refused_json
 from netdoctor.fleet.model import NodeGrade, NodeSummary, SenderReport, no_report, summarize_report
 from netdoctor.fleet.shell import MAX_LINE_CHARS as _MAX_NOISE_CHARS
 from netdoctor.fleet.shell import SHELL_STARTS
 from netdoctor.host.files import open_text, read_prefix
+from netdoctor.logging import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # The first line of parallel-shell output in a file found in a directory: `node017: {`.
 _HOST_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*: ")
+# A `host: line` that carries a JSON report, compact or pretty-printed.
+_REPORT_LINE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*: *[{}\[\]\"]")
 _STDERR_SUFFIX = ".err"
 # How much of a file is read first to tell a JSON report from saved shell output.
 _SNIFF_CHARS = 1 << 16
@@ -42,6 +44,8 @@ _SNIFF_CHARS = 1 << 16
 _KEPT_REPORTS = 8
 _REPORT_WHY_CHARS = 200
 _WHY_CHARS = 500
+# How much of the first line of a file that is no fleet input is shown.
+_SHOWN_CHARS = 60
 MORE_THAN_ONE = "more than one report from this sender"
 
 
@@ -54,7 +58,12 @@ def refusal(summary: NodeSummary, why: str, *later: NodeSummary) -> NodeSummary:
     # Bounded whatever a sender repeats; the worst are kept (a stable sort keeps arrival order among equals).
     kept = sorted(kept, key=lambda entry: -entry[1].severity)[:_KEPT_REPORTS]
     several = len(kept) > 1
-    said = [_said(entry, several) for entry in kept if several or entry[1] is not NodeGrade.PASS]
+    shown = [entry for entry in kept if several or entry[1] is not NodeGrade.PASS]
+    # Each report's detail gets its share of the characters left beside the verdicts and file
+    # names, so that every file is named (two files claiming one host: both).
+    named = sum(len(str(grade)) + len(Path(source).name) + 8 for source, grade, _ in shown)
+    share = min(_REPORT_WHY_CHARS, max(40, (_WHY_CHARS - len(why) - named) // max(len(shown), 1)))
+    said = [_said(entry, several, share) for entry in shown]
     text = why if not said else f"{why}: {'; '.join(said)}" if several else f"{why}; its report: {said[0]}"
     invalid = no_report(summary.host, NodeGrade.INVALID, text[:_WHY_CHARS], summary.source)
     return replace(invalid, reported_host=summary.reported_host, reports=tuple(kept))
@@ -64,18 +73,16 @@ def _sender_report(node: NodeSummary) -> SenderReport:
     return (node.source, node.grade, node.top)
 
 
-def _said(entry: SenderReport, named: bool) -> str:
+def _said(entry: SenderReport, named: bool, detail_chars: int = _REPORT_WHY_CHARS) -> str:
     """`fail in a.json (port-state mlx5_1:1: port is Down)`; the file only where there are several."""
     source, grade, top = entry
     where = f" in {Path(source).name}" if named and source else ""
-    detail = f" ({top.describe()[:_REPORT_WHY_CHARS]})" if top is not None else ""
+    detail = f" ({top.describe()[:detail_chars]})" if top is not None else ""
     return f"{grade}{where}{detail}"
 
 
 class SavedInputs:
     """`FleetCollector`'s reading of saved files; the collector gives the methods below."""
-
-    unattributed_lines: int
 
     def feed_text(self, chunks: Iterable[str], source: str = "") -> None:
         raise NotImplementedError
@@ -84,9 +91,6 @@ class SavedInputs:
         raise NotImplementedError
 
     def _store_file_fallback(self, summary: NodeSummary) -> None:
-        raise NotImplementedError
-
-    def _attributed(self) -> int:
         raise NotImplementedError
 
     def add_document(self, text: str, source: str, host_hint: str | None = None, *, cut: bool = False) -> None:
@@ -111,14 +115,17 @@ class SavedInputs:
             self._store_file_fallback(no_report(fallback_host, NodeGrade.INVALID, f"{source}: larger than {MAX_REPORT_CHARS >> 20} MiB", source))
             return
         try:
-            data, position = raw_decode(text, position)
+            data, rest = decode_first(text, position)
+        except BadJson as error:
+            self._store_file_fallback(no_report(fallback_host, NodeGrade.INVALID, f"{source}: {refused_json(error)}", source))
+            return
         except ValueError as error:
             self._store_file_fallback(no_report(fallback_host, NodeGrade.INVALID, f"{source}: not valid JSON ({describe_json_error(error)})", source))
             return
         summary = summarize_report(data, source, None)
         if summary.host == "?":
             summary = summarize_report(data, source, fallback_host)
-        if text[position:].strip():
+        if rest.strip():
             summary = refusal(summary, f"{source}: more than one JSON value in one report file")
         self._store(summary)
 
@@ -169,6 +176,8 @@ class SavedInputs:
                 _HOST_LINE.match(first_line) is not None
                 or first_line.startswith(SHELL_STARTS)
                 or stderr_capture
+                # A login banner or a shell's warning may come before the first line of a report.
+                or ("\x00" not in head and any(_REPORT_LINE.match(line) for line in head.splitlines()[1:]))
             )
             # A `.json` file may still be a saved pdsh sweep (`pdsh ... > sweep.json`).
             if first in "{[" or (not shell_output and (in_directory or path.suffix == ".json")):
@@ -176,11 +185,13 @@ class SavedInputs:
                 rest, cut = read_head(handle, MAX_REPORT_CHARS - len(head)) if len(head) == _SNIFF_CHARS else ("", False)
                 self.add_document(head + rest, source, cut=cut)
                 return
-            attributed, unattributed = self._attributed(), self.unattributed_lines
+            if not shell_output:
+                # Given by name, neither a report nor `host: line` output (a binary file, a log):
+                # the wrong file, not a node's answer (a node's file is a `.json` or in a directory).
+                raise UsageError(f"fleet input {path} is neither a netdoctor report nor parallel-shell output "
+                                 f"(`host: line`); it starts {first_line.strip()[:_SHOWN_CHARS]!r} (a node's own "
+                                 "output files, srun's --output=DIR/%N.out: give their directory)")
             self.feed_text(chunks(handle, head=head), source)
-            if self._attributed() == attributed and self.unattributed_lines > unattributed and not stderr_capture:
-                # Not one line named a host: not pdsh output, just a file of something else.
-                self._store_file_fallback(no_report(path.stem, NodeGrade.INVALID, f"{source}: not a netdoctor report: {first_line.strip()[:_MAX_NOISE_CHARS]!r}", source))
 
 
 def _first_non_blank_line(text: str) -> str:

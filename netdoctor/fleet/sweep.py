@@ -5,7 +5,8 @@ group, with a wall-clock watchdog over the whole sweep; its stdout is streamed l
 line into a `FleetCollector`, so a 4,000-node sweep never holds 4,000 reports.
 
 The shell is started through the host layer's runner (`spawn`), which registers its
-process group and owns the kill; the sweep only streams its output. On a terminal, a
+process group and owns the kill, of the shell's whole tree (pdsh and clush start each node's
+command in a session of its own); the sweep only streams its output. On a terminal, a
 progress line on stderr (`progress`) counts the hosts as their output is attributed.
 """
 
@@ -19,7 +20,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import structlog
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
 from netdoctor.errors import UsageError
@@ -28,8 +28,9 @@ from netdoctor.fleet.model import NodeSummary
 from netdoctor.fleet.progress import progress_line
 from netdoctor.host.runner import spawn
 from netdoctor.host.trust import child_environment
+from netdoctor.logging import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 SHELLS = ("pdsh", "clush", "srun")
 HOST_PLACEHOLDER = "{host}"
@@ -176,7 +177,8 @@ def run_sweep(options: SweepOptions, *, label: str = "sweep") -> SweepResult:
     try:
         # The runner's watchdog stops the whole group (pdsh and every ssh it forked) at
         # the budget, even while this thread blocks reading the shell's output.
-        with spawn(command, env=shell_environment(os.environ), timeout_s=budget, text=True, watchdog=True) as group, \
+        with spawn(command, env=shell_environment(os.environ), timeout_s=budget, text=True, watchdog=True,
+                   tree=True) as group, \
                 progress_line(label, node_set, budget) as progress:
             collector.observer = progress
             process = group.process

@@ -10,6 +10,7 @@ here trusts a key to be there or a value to have a type.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -134,6 +135,12 @@ def drift_text(row: DriftRow) -> str:
     return f"{row.label()}: " + "; ".join(parts)
 
 
+def alike_text(row: DriftRow) -> str:
+    """A kind alike on every node, in one line: `driver 580.95.05 on all 12 nodes (8x NVIDIA H100 80GB HBM3)`."""
+    nodes = f"all {row.majority_nodes:,} nodes" if row.majority_nodes is not None else "every node"
+    return f"{row.what} {row.majority or '?'} on {nodes}" + (f" ({row.among})" if row.among else "")
+
+
 # ---- rail wiring ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -154,14 +161,19 @@ NOT_JUDGED_WHY = "the GPU nearest a NIC was guessed: nvidia-smi topo -m did not 
 def rail_rows(entries: Iterable[Any]) -> tuple[list[RailRow], list[RailRow]]:
     """(leaves with ports of another rail, most odd ports first; leaves wired as expected)."""
     odd_rows, clean = [], []
+    entries = [entry for entry in entries if isinstance(entry, Mapping)]
+    # A name two leaves give (the ASICs of one box, a switch left with its default name) is
+    # told apart by GUID, so that each name shown is one leaf.
+    named = Counter(_text(entry.get("leaf")) for entry in entries)
     for entry in entries:
-        if not isinstance(entry, Mapping):
-            continue
         odd_map = entry.get("odd")
         odd = [(_text(rail), _hosts(hosts)) for rail, hosts in odd_map.items()] if isinstance(odd_map, Mapping) else []
         odd = sorted(((rail, hosts) for rail, hosts in odd if hosts), key=lambda item: natural_key(item[0]))
         ports = entry.get("ports")
-        row = RailRow(leaf=_text(entry.get("leaf")) or _text(entry.get("switch_guid")) or "?",
+        leaf = _text(entry.get("leaf"))
+        if leaf and named[leaf] > 1:
+            leaf = f"{leaf} ({_text(entry.get('switch_guid')) or 'no GUID'})"
+        row = RailRow(leaf=leaf or _text(entry.get("switch_guid")) or "?",
                       switch_guid=_text(entry.get("switch_guid")), rail=_text(entry.get("rail")),
                       ports=ports if isinstance(ports, int) and not isinstance(ports, bool) else None, odd=odd,
                       aligned=entry.get("aligned") is not False, not_judged=tuple(_hosts(entry.get("not_judged"))))

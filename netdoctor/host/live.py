@@ -7,11 +7,11 @@ With `record=True` everything read is also written down in `recording`, for
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-import structlog
 
 from netdoctor.host.budgets import SourceTooLarge, check_json, enforce
 from netdoctor.host.nccl_env import collect_nccl_env, shareable
@@ -24,9 +24,10 @@ from netdoctor.host.sysfs import RootedSysTree
 from netdoctor.host.visibility import collect_visibility
 from netdoctor.host.files import read_regular
 from netdoctor.host.types import MAX_PROC_BYTES, PROC_FILES, CommandResult, CommandSpec
+from netdoctor.logging import get_logger
 from netdoctor.util import utc_now_iso
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
 PROC_ROOT = Path("/proc")
@@ -57,6 +58,8 @@ class LiveSource:
         self.path_env = path_env
         self._nvml: tuple[dict[str, Any] | None, str] | None = None
         self._nvml_too_large: str | None = None
+        # Discovery and the early probe both ask (netdoctor.traffic.early_allreduce): one reads.
+        self._nvml_lock = threading.Lock()
 
     def run(self, specs: list[CommandSpec], deadline: float | None = None) -> dict[str, CommandResult]:
         """Run the tools concurrently; a spec's own timeout is capped at `tool_timeout_s`.
@@ -65,6 +68,8 @@ class LiveSource:
         parsed); a capture records what the tool printed, and reading it back says the same."""
         capped = [replace(spec, timeout_s=min(spec.timeout_s, self.tool_timeout_s)) for spec in specs]
         results = run_commands(capped, deadline, path=self.path_env)
+        # `-vv` names what discovery waited for: the slowest tool sets a live run's time.
+        log.debug("tools ran", seconds={name: round(result.duration_s, 3) for name, result in results.items()})
         if self.recording is not None:
             for spec in specs:
                 if spec.recorded and spec.name in results:
@@ -73,8 +78,14 @@ class LiveSource:
 
     def nvml(self) -> tuple[dict[str, Any] | None, str]:
         """The NVML report, collected once per source (NVML init costs ~0.5 s on 8 GPUs)."""
+        with self._nvml_lock:
+            return self._nvml_once()
+
+    def _nvml_once(self) -> tuple[dict[str, Any] | None, str]:
         if self._nvml is None:
+            started = time.monotonic()
             self._nvml = collect_nvml(sys=self.sys)
+            log.debug("nvml read", seconds=round(time.monotonic() - started, 3), status=self._nvml[1])
             if self.recording is not None:
                 self.recording.set_nvml(*self._nvml)
             # nvml.json's budget, measured once as a capture writes it: 8 GPUs are ~50 KB, so
@@ -117,4 +128,7 @@ class LiveSource:
     def netdevs(self) -> list[NetdevFacts]:
         # Netlink describes this process's network namespace; it matches the sys tree
         # only when that is the real /sys (not a test tree standing in for it).
-        return collect_netdevs(self.sys, use_netlink=str(self.sys.root) == "/sys")
+        started = time.monotonic()
+        netdevs = collect_netdevs(self.sys, use_netlink=str(self.sys.root) == "/sys")
+        log.debug("netdevs read", seconds=round(time.monotonic() - started, 3), count=len(netdevs))
+        return netdevs

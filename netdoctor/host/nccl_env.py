@@ -19,13 +19,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from netdoctor.host.files import read_regular_with_info
 from netdoctor.host.trust import running_as_root
+from netdoctor.logging import get_logger
 from netdoctor.vocabulary import NCCL_ETC_CONF, nccl_env_kept
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MAX_CONF_BYTES = 64 * 1024      # NCCL reads lines of up to 1 KiB; a real file is a few lines
 # In-memory only: the files judged live that a snapshot must not carry (see shareable).

@@ -11,12 +11,11 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from netdoctor.host.types import SysTree
+from netdoctor.logging import get_logger
 from netdoctor.util import PCI_ADDRESS_RE
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 NETLINK_TIMEOUT_S = 3.0
 # Read during a capture so the snapshot can answer what netlink answered live (speed is read anyway).

@@ -15,17 +15,16 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-import structlog
-
 from netdoctor.host.nvml_fabric import error_code
 from netdoctor.host.nvml_fabric import fabric as _fabric
 from netdoctor.host.nvml_fabric import platform as _platform
 from netdoctor.host.nvml_health import HEALTH_FIELDS, NvmlCaller, gpu_health
 from netdoctor.host.nvml_health import text_of as _text
 from netdoctor.host.types import SysTree
+from netdoctor.logging import get_logger
 from netdoctor.util import canonical_pci_address
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # cuda.h: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED, since CUDA 11.7.
 CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124

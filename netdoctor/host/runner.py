@@ -24,7 +24,6 @@ import atexit
 import concurrent.futures
 import contextlib
 import os
-import select
 import selectors
 import signal
 import subprocess
@@ -34,13 +33,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
-import structlog
-
+from netdoctor.host import proctree
+from netdoctor.host.proctree import has_exited, wait_exited
 from netdoctor.host.trust import (NEVER_INHERITED, UntrustedProgram, child_environment, library_search_path,
                                   resolve_program, tool_search_path)
 from netdoctor.host.types import CommandResult, CommandSpec, CommandState
+from netdoctor.logging import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 # How long to keep draining pipes after the tool itself exited and its group was killed:
@@ -59,12 +59,30 @@ class _ProcessGroups:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._groups: set[int] = set()
+        self._closed = False     # killed already: a group that starts afterwards dies at once
+        self._starting = 0       # Popen calls whose group is not added yet
+
+    @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """Around a start and its `add`: `kill` waits for it, so no group escapes in between."""
+        with self._lock:
+            self._starting += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._starting -= 1
+                self._lock.notify_all()
 
     def add(self, group: int) -> None:
         with self._lock:
             self._groups.add(group)
+            closed = self._closed
+        if closed:
+            # A thread nobody waits for (the early probe) started it after the kill at exit.
+            _kill_group(group)
 
     def discard(self, group: int) -> None:
         with self._lock:
@@ -72,9 +90,16 @@ class _ProcessGroups:
 
     def kill(self) -> None:
         with self._lock:
+            self._closed = True
+            # A start in another thread (Ctrl-C between its Popen and its add) is added at once.
+            self._lock.wait_for(lambda: self._starting == 0, timeout=1.0)
             targets = set(self._groups)
         for group in targets:
             _kill_group(group)
+
+    def members(self) -> set[int]:
+        with self._lock:
+            return set(self._groups)
 
 
 _LIVE_GROUPS = _ProcessGroups()
@@ -82,6 +107,8 @@ atexit.register(_LIVE_GROUPS.kill)
 
 
 def _kill_group(group: int) -> None:
+    if group in proctree.TREES:
+        return proctree.stop_tree(group, 0.0)
     _signal_group(group, signal.SIGKILL)
 
 
@@ -92,38 +119,15 @@ def _signal_group(group: int, signum: int) -> None:
         pass
 
 
-def wait_exited(pid: int, timeout_s: float | None) -> bool:
-    """Wait up to `timeout_s` (None: no limit) for child `pid` to exit, WITHOUT reaping it; True if it did.
-
-    Unreaped, its pid (= its process group id) cannot be reused, so its group can still
-    be killed safely afterwards.
-    """
-    end = None if timeout_s is None else time.monotonic() + max(timeout_s, 0.0)
-    try:
-        pidfd: int | None = os.pidfd_open(pid)   # readable once the child exits
-    except (AttributeError, OSError):
-        pidfd = None
-    try:
-        while not has_exited(pid):
-            left = None if end is None else end - time.monotonic()
-            if left is not None and left <= 0:
-                return False
-            if pidfd is not None:
-                select.select([pidfd], [], [], left)
-            else:
-                time.sleep(0.01 if left is None else min(left, 0.01))
-        return True
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
-
-
 def stop_group(leader: int, grace_s: float = KILL_GRACE_S) -> None:
     """The one kill path: SIGTERM the group of `leader` (a child not yet reaped), give the
     leader `grace_s` to exit, then SIGKILL whatever is left of the group.
 
-    A leader that already exited gets no grace: its stragglers are killed at once.
+    A leader that already exited gets no grace: its stragglers are killed at once. A
+    parallel shell's leader (`spawn(tree=True)`) is stopped with every process it started.
     """
+    if leader in proctree.TREES:
+        return proctree.stop_tree(leader, grace_s)
     if not has_exited(leader):
         _signal_group(leader, signal.SIGTERM)
         wait_exited(leader, grace_s)
@@ -168,7 +172,7 @@ class ProcessGroup:
 def spawn(argv: list[str] | tuple[str, ...], *, env: Mapping[str, str], timeout_s: float | None = None,
           deadline: float | None = None, stdin: Any = subprocess.DEVNULL, stdout: Any = subprocess.PIPE,
           stderr: Any = subprocess.PIPE, text: bool = False,
-          watchdog: bool = False, grace_s: float = KILL_GRACE_S) -> Iterator[ProcessGroup]:
+          watchdog: bool = False, grace_s: float = KILL_GRACE_S, tree: bool = False) -> Iterator[ProcessGroup]:
     """Start `argv` (no shell, C locale, stdin closed unless given) leading its own process group.
 
     The one place a process starts: `argv[0]` is resolved on the trusted search path only
@@ -180,6 +184,8 @@ def spawn(argv: list[str] | tuple[str, ...], *, env: Mapping[str, str], timeout_
     interrupt). `watchdog=True` stops the group at its end (`timeout_s`/`deadline`) from a
     timer, for callers that block reading its output. Leaving the block stops what is left
     of the group and only then reaps the leader, so the kill can never hit a recycled pid.
+    `tree=True` (a parallel shell: its children lead sessions of their own) stops every
+    process the leader started with it, and the orphans it left (netdoctor.host.proctree).
     OSError from the start is the caller's to map.
     """
     environment = {name: value for name, value in env.items() if name not in NEVER_INHERITED}
@@ -191,10 +197,13 @@ def spawn(argv: list[str] | tuple[str, ...], *, env: Mapping[str, str], timeout_
         environment.pop("LD_LIBRARY_PATH", None)
     executable = resolve_program(argv[0], env.get("PATH"))
     options: dict[str, Any] = {"encoding": "utf-8", "errors": "replace"} if text else {}
-    process = subprocess.Popen(list(argv), executable=executable, stdin=stdin, stdout=stdout, stderr=stderr,
-                               env=environment, start_new_session=True, close_fds=True, **options)
+    with _LIVE_GROUPS.starting():
+        process = subprocess.Popen(list(argv), executable=executable, stdin=stdin, stdout=stdout, stderr=stderr,
+                                   env=environment, start_new_session=True, close_fds=True, **options)
+        _LIVE_GROUPS.add(process.pid)
     group = ProcessGroup(process, run_end(timeout_s, deadline), grace_s)
-    _LIVE_GROUPS.add(process.pid)
+    if tree:
+        proctree.track(process.pid)
     timer = None
     if watchdog and group.end is not None:
         timer = threading.Timer(max(0.0, group.end - time.monotonic()), group.expire)
@@ -217,6 +226,7 @@ def spawn(argv: list[str] | tuple[str, ...], *, env: Mapping[str, str], timeout_
             process.wait(timeout=5.0)                  # reaped only once its group is dead
         except subprocess.TimeoutExpired:
             log.warning("process did not end after SIGKILL", pid=process.pid, argv=list(argv)[:1])
+        proctree.untrack(process.pid, _LIVE_GROUPS.members())
 
 
 def command_environment(path: str | None = None) -> dict[str, str]:
@@ -249,15 +259,6 @@ class _Capped:
 
     def text(self) -> str:
         return b"".join(self.parts).decode("utf-8", errors="replace")
-
-
-def has_exited(pid: int) -> bool:
-    """True once the child exited, WITHOUT reaping it: its pid (= group id) stays reserved
-    until we have killed the rest of its group, so killpg cannot hit a recycled pid."""
-    try:
-        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
 
 
 def _run_one(spec: CommandSpec, deadline: float | None, max_output_bytes: int, environment: dict[str, str],

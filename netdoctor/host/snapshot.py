@@ -18,8 +18,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import structlog
-
 from netdoctor.errors import SnapshotError
 from netdoctor.host.budgets import SourceTooLarge, json_bytes, over_bytes
 from netdoctor.host.files import replacement
@@ -31,11 +29,12 @@ from netdoctor.host.sources import SOURCES_BY_NAME
 from netdoctor.host.sysfs import RootedSysTree
 from netdoctor.host.types import NOT_IN_SNAPSHOT, PROC_FILES, CommandResult, CommandSpec, CommandState
 from netdoctor.host.visibility import visibility_from_json
+from netdoctor.logging import get_logger
 from netdoctor.util import parse_iso_utc
 
 __all__ = ["SNAPSHOT_FORMAT", "Recording", "SnapshotSource", "open_snapshot", "write_snapshot"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 SNAPSHOT_FORMAT = "netdoctor.snapshot/1"
 _TOP_LEVEL = ("snapshot.json", "nvml.json", "nccl-env.json", "sys", "commands", "proc")

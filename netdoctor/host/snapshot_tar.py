@@ -1,7 +1,7 @@
 """Reading a snapshot archive (`.tar.gz`, or any tar) as hostile input.
 
 Members are validated one by one by our own rules (not the standard library's
-`data_filter`, which Python 3.11 before 3.11.4 lacks) and written by our own code into a
+`data_filter`, which 3.10 before 3.10.12 and 3.11 before 3.11.4 lack) and written by our own code into a
 private directory: only regular files, directories and links; no `..`, no absolute
 names, no links that leave the snapshot, no device files, no sparse files; names, depth,
 sizes and counts capped. The archive's modes, owners and times are never applied.
@@ -127,8 +127,8 @@ def _decompressed(archive: Path, handle: Any) -> Any:
 
 
 def _check_member(member: tarfile.TarInfo, parts: list[str], archive: Path) -> None:
-    """Our own member rules (not the standard library's data_filter, which Python 3.11
-    before 3.11.4 lacks): only files, directories and links; no sparse files; sizes
+    """Our own member rules (not the standard library's data_filter, which Python 3.10
+    before 3.10.12 and 3.11 before 3.11.4 lack): only files, directories and links; no sparse files; sizes
     capped. Modes, owners and times in the archive are never applied (files 0600,
     directories 0700)."""
     name = "/".join(parts)

@@ -26,10 +26,10 @@ Budgets are engineering defaults, not thresholds: sized from what a big real nod
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
 from netdoctor.host.types import CommandSpec
+from netdoctor.vocabulary import StrEnum
 
 KiB, MiB = 1 << 10, 1 << 20
 # A row that names no budget: the runner's long-standing 4 MiB stdout cap; no node tool's
@@ -38,7 +38,7 @@ DEFAULT_MAX_OUTPUT_BYTES = 4 * MiB
 DEFAULT_MAX_LINES = 100_000
 
 
-class Scope(enum.StrEnum):
+class Scope(StrEnum):
     """What one row expands over; the inventory decides which devices qualify."""
 
     NODE = "node"                # run once per node

@@ -31,11 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from netdoctor.host.files import UnsafePath, inspect_target, open_lock_file, read_regular, replacement
+from netdoctor.logging import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 STATE_FORMAT = "netdoctor.state/1"
 # 512 entries of a node with 18 ports of ~30 counters is ~5 MB: room to spare, and a bound

@@ -28,13 +28,12 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import structlog
-
 from netdoctor.errors import SnapshotError
 from netdoctor.host.recording import Recording
+from netdoctor.logging import get_logger
 from netdoctor.util import PCI_ADDRESS_RE
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # A file's budget (the same live and in a snapshot, proc/ included): a sysfs attribute is at
 # most one page (4 KiB, PCI config space too); a larger file is unreadable, never cut.

@@ -18,9 +18,9 @@ import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-import structlog
+from netdoctor.logging import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Where root looks for tools when nothing on its PATH can be trusted (the FHS directories).
 SAFE_SEARCH_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")

@@ -7,9 +7,10 @@ which kind it has.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+
+from netdoctor.vocabulary import StrEnum
 
 if TYPE_CHECKING:
     from netdoctor.host.netdevs import NetdevFacts
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 NOT_IN_SNAPSHOT = "not in snapshot"     # a MISSING result's stderr when a snapshot lacks the command
 
 
-class CommandState(enum.StrEnum):
+class CommandState(StrEnum):
     OK = "ok"            # exited 0
     ERROR = "error"      # exited non-zero (or could not be started: permission denied)
     TIMEOUT = "timeout"  # killed at its own timeout or the run deadline

@@ -28,12 +28,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from netdoctor.host.files import read_regular
 from netdoctor.host.sysfs import RootedSysTree
+from netdoctor.logging import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # snapshot.json `visibility` key -> the variable it records.
 VARIABLES = {
@@ -126,6 +125,11 @@ def _bus_gpus(sys: RootedSysTree) -> dict[str, str | None]:
             if len(found) >= MAX_GPUS:
                 break
     return found
+
+
+def bound_gpu_count(sys: RootedSysTree) -> int:
+    """NVIDIA GPUs on the PCI bus bound to the `nvidia` driver: those CUDA could open."""
+    return sum(1 for driver in _bus_gpus(sys).values() if driver == "nvidia")
 
 
 def collect_device_nodes(sys: RootedSysTree, gpus_dir: Path = NVIDIA_GPUS_DIR,

@@ -31,15 +31,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-import structlog
-
 from netdoctor.errors import ParseError
 from netdoctor.inventory.hardware import NVIDIA_GPU_MODELS
 from netdoctor.inventory.model import Hca, Inventory, LinkLayer
 from netdoctor.inventory.platform import NVSWITCH_BRIDGE_GPUS
+from netdoctor.logging import get_logger
 from netdoctor.parsers.pci_vpd import parse_pci_vpd
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 BRIDGE_CA_TYPE = "MT4129"            # ConnectX-7 (PCI device 0x1021)
 BRIDGE_PCI_DEVICE = "0x1021"

@@ -17,7 +17,7 @@ from netdoctor.host.sources import Scope
 from netdoctor.host.types import CommandResult, NodeSource
 from netdoctor.inventory.from_nccl_env import read_nccl_env
 from netdoctor.inventory.from_neighbors import place_lldp_neighbors
-from netdoctor.inventory.from_nvml import read_nvml
+from netdoctor.inventory.from_nvml import NvmlQuestion, read_nvml
 from netdoctor.inventory.from_pci import read_pci_tree, read_virtualization
 from netdoctor.inventory.from_platform import read_dmi, read_visibility
 from netdoctor.inventory.from_sysfs import (
@@ -55,6 +55,7 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
     for name, reason in plan.left_out():
         draft.status(name, SourceState.NOT_RUN, reason)
     node_jobs = plan.commands(draft.inventory, Scope.NODE)
+    nvml = NvmlQuestion(source) if plan.wants("nvml") else None    # beside netlink and sysfs
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="netdoctor-discover") as pool:
         node_tools = pool.submit(source.run, [job.spec for job in node_jobs], deadline)
         read_sysfs_rdma(draft)
@@ -66,8 +67,8 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
         read_proc(draft)
         port_jobs = _device_jobs(plan, draft.inventory)
         port_tools = pool.submit(source.run, [job.spec for job in port_jobs], deadline)
-        if plan.wants("nvml"):
-            read_nvml(draft, wait_until=deadline)
+        if nvml is not None:
+            read_nvml(draft, wait_until=deadline, question=nvml)
         if plan.wants("nccl-env"):
             read_nccl_env(draft)
         if plan.serves("pcie-tree"):

@@ -9,6 +9,7 @@ from typing import Any
 
 from netdoctor.errors import NetdoctorError
 from netdoctor.host.budgets import SourceTooLarge
+from netdoctor.host.types import NodeSource
 from netdoctor.inventory.merge import Draft, pci
 from netdoctor.inventory.model import (
     NVLINK5_ERROR_COUNTERS,
@@ -27,36 +28,40 @@ HEALTH_SUMMARIES = frozenset({"healthy", "unhealthy", "limited_capacity", "not_s
 FABRIC_BANDWIDTHS = frozenset({"full", "degraded", "not_supported"})
 
 
-def _ask_nvml(draft: Draft, wait_until: float | None) -> tuple[dict[str, Any] | None, str]:
-    """The node's NVML report, waiting at most until `wait_until` (monotonic): a wedged driver
-    can block an NVML call in the kernel for good. The call goes on in a daemon thread that
-    nobody waits for; raises TimeoutError when it did not answer in time."""
-    if wait_until is None:
-        return draft.source.nvml()
-    box: dict[str, Any] = {}
+class NvmlQuestion:
+    """The node's NVML report, asked in a daemon thread from the moment discovery starts, so
+    NVML (~0.5 s on 8 GPUs) runs beside netlink and the sysfs reads. A wedged driver can block
+    an NVML call in the kernel for good: `answer` gives up at its deadline and nobody waits
+    for the thread."""
 
-    def ask() -> None:
+    def __init__(self, source: NodeSource) -> None:
+        self._box: dict[str, Any] = {}
+        self._asker = threading.Thread(target=self._ask, args=(source,), name="netdoctor-nvml", daemon=True)
+        self._asker.start()
+
+    def _ask(self, source: NodeSource) -> None:
         try:
-            box["answer"] = draft.source.nvml()
-        except BaseException as error:    # handed to the discovering thread below
-            box["error"] = error
+            self._box["answer"] = source.nvml()
+        except BaseException as error:    # handed to the discovering thread in `answer`
+            self._box["error"] = error
 
-    asker = threading.Thread(target=ask, name="netdoctor-nvml", daemon=True)
-    asker.start()
-    asker.join(timeout=max(0.0, wait_until - time.monotonic()))
-    if asker.is_alive():
-        raise TimeoutError("NVML did not answer before the discovery deadline (a wedged GPU or driver?)")
-    if "error" in box:
-        raise box["error"]
-    return box["answer"]
+    def answer(self, wait_until: float | None) -> tuple[dict[str, Any] | None, str]:
+        """The report and its status text; raises TimeoutError when NVML did not answer by `wait_until`."""
+        self._asker.join(timeout=None if wait_until is None else max(0.0, wait_until - time.monotonic()))
+        if self._asker.is_alive():
+            raise TimeoutError("NVML did not answer before the discovery deadline (a wedged GPU or driver?)")
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box["answer"]
 
 
-def read_nvml(draft: Draft, wait_until: float | None = None) -> None:
-    """GPUs, driver and CUDA versions, GPU PCIe links and NVLinks from the NVML report; an NVML
-    that does not answer by `wait_until` is a timed-out source, and discovery goes on without it."""
+def read_nvml(draft: Draft, wait_until: float | None = None, question: NvmlQuestion | None = None) -> None:
+    """GPUs, driver and CUDA versions, GPU PCIe links and NVLinks from the NVML report (`question`:
+    asked already); an NVML that does not answer by `wait_until` is a timed-out source, and
+    discovery goes on without it."""
     started = time.monotonic()
     try:
-        report, status_text = _ask_nvml(draft, wait_until)
+        report, status_text = (question or NvmlQuestion(draft.source)).answer(wait_until)
     except NetdoctorError:
         raise
     except TimeoutError as error:

@@ -11,14 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-import structlog
-
 from netdoctor.errors import ParseError
 from netdoctor.host.types import CommandResult, CommandState, NodeSource, SysTree
 from netdoctor.inventory.model import Conflict, Hca, Inventory, LinkRate, Port, SourceState, SourceStatus
+from netdoctor.logging import get_logger
 from netdoctor.util import canonical_pci_address
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 T = TypeVar("T")
 

@@ -7,7 +7,6 @@ where two sources disagree about one fact the disagreement is kept in `conflicts
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,10 +33,10 @@ from netdoctor.parsers.lldpctl import LldpNeighbor
 from netdoctor.parsers.mlxlink_counters import PhyCounters
 from netdoctor.parsers.nccl_env import NcclSettings
 from netdoctor.parsers.nvidia_imex_ctl import ImexDomain
-from netdoctor.vocabulary import LinkLayer, LinkRate, PhysState, PortState, Topology
+from netdoctor.vocabulary import LinkLayer, LinkRate, PhysState, PortState, StrEnum, Topology
 
 
-class SourceState(enum.StrEnum):
+class SourceState(StrEnum):
     OK = "ok"                  # ran and parsed
     MISSING = "missing"        # tool not installed / file or directory absent
     TIMEOUT = "timeout"        # killed at its timeout or at the run deadline

@@ -24,13 +24,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from netdoctor.errors import RulesError
 from netdoctor.inventory.hardware import ca_type_of_device
 from netdoctor.inventory.model import Inventory, Port, PortState
 from netdoctor.inventory.platform import gpu_names, node_platform
 from netdoctor.inventory.queries import gpu_fabric_netdevs, physical_function
+from netdoctor.logging import get_logger
 from netdoctor.packs.load import (
     DEFAULT_PACK,
     RULES_PACKAGE,
@@ -40,7 +39,7 @@ from netdoctor.packs.load import (
 )
 from netdoctor.packs.model import PortClass, RulePack
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 def _compute_link_layers(inventory: Inventory, classes: list[PortClass]) -> set[str]:

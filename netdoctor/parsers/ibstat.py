@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import structlog
-
 from netdoctor.errors import NothingToParse, ParseError
+from netdoctor.logging import get_logger
 from netdoctor.vocabulary import LinkLayer, PhysState, PortState
 from netdoctor.parsers.common import (
     find_tool_errors,
@@ -24,7 +23,7 @@ from netdoctor.parsers.common import (
     split_key_value,
 )
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 SOURCE = "ibstat"
 

@@ -22,6 +22,11 @@ def engine_names() -> tuple[str, ...]:
     return ("auto", *ENGINES)
 
 
+def starts_early(engine: str) -> bool:
+    """Can this engine start before discovery has finished (ProbeRequest.later)?"""
+    return getattr(ENGINES.get(DEFAULT_ENGINE if engine == "auto" else engine), "starts_early", False)
+
+
 def run_probe(request: ProbeRequest, *, node_gpus: tuple[int, ...] | None = None) -> ProbeResult:
     """Run the probe within `request.budget_s`; never raises for GPU problems.
 
@@ -29,7 +34,7 @@ def run_probe(request: ProbeRequest, *, node_gpus: tuple[int, ...] | None = None
     than two the probe skips at once.
     """
     started = time.monotonic()
-    result = _refusal(request, node_gpus)
+    result = refusal(request, node_gpus)
     if result is None:
         request = dataclasses.replace(request, sizes=tuple(sorted(set(request.sizes or DEFAULT_SIZES))))
         result = ENGINES[DEFAULT_ENGINE if request.engine == "auto" else request.engine].run(request)
@@ -40,11 +45,16 @@ def run_probe(request: ProbeRequest, *, node_gpus: tuple[int, ...] | None = None
             # NVML sees GPUs but CUDA does not: a broken driver install, not a GPU-less node.
             result = dataclasses.replace(result, status="error", reason=f"NVML reports {len(links)} GPU(s) but CUDA "
                                          f"cannot use them: {result.reason}")
+    return finished(result, request, started)
+
+
+def finished(result: ProbeResult, request: ProbeRequest, started: float) -> ProbeResult:
+    """`result` naming the engine that ran and how long the probe took since `started`."""
     return dataclasses.replace(result, engine=request.engine if request.engine in ENGINES else DEFAULT_ENGINE,
                                duration_s=round(time.monotonic() - started, 3))
 
 
-def _refusal(request: ProbeRequest, node_gpus: tuple[int, ...] | None) -> ProbeResult | None:
+def refusal(request: ProbeRequest, node_gpus: tuple[int, ...] | None) -> ProbeResult | None:
     """The result of a request that is not run at all, or None to run it."""
     sizes = sorted(set(request.sizes or DEFAULT_SIZES))
     if any(size < 4 or size % 4 for size in sizes):

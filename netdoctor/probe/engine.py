@@ -21,19 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-import structlog
-
 from netdoctor.errors import ParseError
 from netdoctor.host.files import read_regular
 from netdoctor.host.runner import run_merged
 from netdoctor.host.trust import child_environment, trusted_override
 from netdoctor.host.types import CommandSpec, CommandState
 from netdoctor.inventory.model import Gpu
+from netdoctor.logging import get_logger
 from netdoctor.parsers.nccl import NcclLogFacts, parse_nccl_log
 from netdoctor.probe.expectation import GpuLinks, nvlink_version_name
 from netdoctor.probe.result import MIN_PROBE_BUDGET_S, ProbeRequest, ProbeResult, Transport
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 MIB = 1 << 20
 # Small sizes time latency, large ones bandwidth; the largest is the one graded.
@@ -54,10 +53,12 @@ class ProbeEngine(Protocol):
     `run` gets a request whose budget, sizes and fraction are already checked, and
     answers with a result for every outcome (skipped, error, timeout): it raises only
     for a bug. The dispatcher fills in `engine`, `gpu_links` (when the engine read none)
-    and `duration_s`.
+    and `duration_s`. `starts_early`: it can start before discovery has finished, taking
+    the links and pass fraction from `request.later` when they are known.
     """
 
     name: str
+    starts_early: bool
 
     def run(self, request: ProbeRequest) -> ProbeResult: ...
 
@@ -284,6 +285,9 @@ def assemble(run: WorkerRun, budget_s: float, **measured: Any) -> ProbeResult:
     result.setdefault("nccl_version", facts.version.split("+")[0] if facts and facts.version else None)
     result.setdefault("net_plugin", net_plugin_of(facts))
     result["busbw_gbps"] = result["sizes"][-1]["busbw_gbps"] if result["sizes"] else None
+    if isinstance(result.get("timings"), dict):
+        # The worker's own marks count from its start; this is its end as the parent saw it.
+        result["timings"] = {**result["timings"], "exited": round(run.duration_s, 4)}
     result["nccl_warnings"] = [line.message for line in facts.warnings][:10] if facts else []
     return dataclasses.replace(ProbeResult.from_json(result), transport=describe_transport(facts))
 

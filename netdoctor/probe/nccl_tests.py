@@ -20,6 +20,7 @@ PROGRAM = "all_reduce_perf"
 
 class NcclTestsEngine:
     name = "nccl-tests"
+    starts_early = False     # it needs discovery's GPU list before it starts (`missing` below)
 
     def run(self, request: ProbeRequest) -> ProbeResult:
         started = time.monotonic()

@@ -8,6 +8,7 @@ result file, recorded results in tests).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -41,6 +42,34 @@ def _ints(values: Any) -> tuple[int, ...]:
     return tuple(value for value in values or () if isinstance(value, int) and not isinstance(value, bool))
 
 
+class LaterFacts:
+    """What discovery tells a probe that started before discovery finished: every GPU's links
+    and the pack's pass fraction (`resolve`), or that the probe is no longer wanted (`cancel`:
+    discovery timed out, the run failed). Set once; the first of the two wins."""
+
+    def __init__(self) -> None:
+        self._set = threading.Event()
+        self._value: tuple[tuple[GpuLinks, ...], float] | None = None
+
+    def resolve(self, gpu_links: tuple[GpuLinks, ...], pass_fraction: float) -> None:
+        if not self._set.is_set():
+            self._value = (gpu_links, pass_fraction)
+            self._set.set()
+
+    def cancel(self) -> None:
+        self._set.set()
+
+    def wait(self, timeout_s: float) -> tuple[tuple[GpuLinks, ...], float] | None | bool:
+        """The facts; None when cancelled; False when neither came within `timeout_s`."""
+        if not self._set.wait(max(timeout_s, 0.0)):
+            return False
+        return self._value
+
+
+class ProbeCancelled(Exception):
+    """The pipeline no longer wants a probe it started early (LaterFacts.cancel)."""
+
+
 @dataclass(frozen=True)
 class ProbeRequest:
     """One probe run as the pipeline asks for it.
@@ -58,6 +87,9 @@ class ProbeRequest:
     # Every GPU's link facts as discovery found them (`engine.gpu_links_of`): the bandwidth
     # model's input and the GPU count; the probe does not ask NVML again.
     gpu_links: tuple[GpuLinks, ...] = ()
+    # Set when the probe starts before discovery has finished: `gpu_links` and `pass_fraction`
+    # then come from here once known (an engine that cannot wait for them is not started early).
+    later: LaterFacts | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

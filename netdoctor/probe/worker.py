@@ -10,8 +10,9 @@ What it does, in order: cuInit; retain each GPU's primary context (the one cudar
 NCCL use too, so buffers are shared with NCCL's own context); ncclCommInitAll over the
 GPUs (single process, multi-GPU); per message size: warm-up, GPU-timed iterations,
 verification of every element on the GPU; optional localisation (per-GPU host<->device
-copies, neighbour-pair all-reduces); then frees everything it allocated. It changes no
-clocks, power limits or modes.
+copies, neighbour-pair all-reduces); then writes its result and exits, leaving the
+driver to free what it allocated (ranks spread over processes destroy their communicators
+first). It changes no clocks, power limits or modes.
 
 The result is one JSON object written to RESULT_PATH. NCCL's INFO lines go to this
 process's stdout/stderr, which the parent captures and parses.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import select
 import struct
 import sys
 import time
@@ -129,6 +131,8 @@ CU_MEMHOSTALLOC_PORTABLE = 1
 NAN_BITS = 0x7FC00000
 FILL_BLOCKS, FILL_THREADS = 1024, 256
 TEARDOWN_RESERVE_S = 0.25
+# config["localise_below_gbps"] when the parent sends it later, on stdin (localise_threshold).
+THRESHOLD_ON_STDIN = "stdin"
 # Progress lines for the parent (netdoctor.probe.engine reads them from the captured log,
 # also after it killed this process): `NETDOCTOR_PHASE <name> [json]`. `gpus` (the selected
 # ordinals) and `devices` (name, PCI bus id) say what was probed even when no result file
@@ -338,6 +342,23 @@ class Kernels:
         if self.module:
             self.cuda.lib.cuModuleUnload(self.module)
             self.module = ctypes.c_void_p()
+
+
+def read_line_json(wait_s: float) -> dict[str, Any]:
+    """One JSON object from a line on stdin, waiting at most `wait_s`; {} for none or a bad one."""
+    data = b""
+    end = time.monotonic() + max(wait_s, 0.0)
+    try:
+        while not data.endswith(b"\n") and len(data) < 4096:
+            ready, _, _ = select.select([0], [], [], max(end - time.monotonic(), 0.0))
+            chunk = os.read(0, 4096) if ready else b""
+            if not chunk:
+                break
+            data += chunk
+        value = json.loads(data.decode("utf-8")) if data.endswith(b"\n") else {}
+    except (OSError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def phase(name: str, payload: Any = None) -> None:
@@ -602,9 +623,17 @@ class Probe:
 
     # -- localisation --------------------------------------------------------------------
     def localise_threshold(self) -> float | None:
-        """The busbw under which to localise (the parent's expectation x the pack's fraction)."""
+        """The busbw under which to localise (the parent's expectation x the pack's fraction).
+
+        A worker started before discovery finished (config `"stdin"`) gets it as one JSON line
+        on stdin once the parent knows the GPUs' links; usually long before the measuring
+        ends. No line by the deadline, or a closed stdin: no localisation.
+        """
         threshold = self.config.get("localise_below_gbps")
-        return float(threshold) if isinstance(threshold, (int, float)) else None
+        if threshold == THRESHOLD_ON_STDIN:
+            wait_s = self.left() - TEARDOWN_RESERVE_S - float(self.config.get("localise_reserve_s", 0.0))
+            threshold = read_line_json(wait_s).get("localise_below_gbps")
+        return float(threshold) if isinstance(threshold, (int, float)) and not isinstance(threshold, bool) else None
 
     def localise(self) -> None:
         threshold = self.localise_threshold()
@@ -703,7 +732,13 @@ def main(argv: list[str]) -> int:
         probe.result["reason"] = f"worker error: {type(error).__name__}: {error}"
         probe.result["reason_code"] = "worker"
     finally:
-        if probe.result["status"] != "timeout":
+        # All ranks in this process: nothing outside it waits for an orderly goodbye, so
+        # the result is written first and the process leaves without ncclCommDestroy and
+        # the frees (0.4 s on 2 H200s); the driver releases a process's contexts and
+        # memory as it exits, before the parent's wait returns. Ranks in several processes
+        # close their communicators first: a peer may still be in a collective with them.
+        quick_exit = probe.world is None or probe.result["status"] == "timeout"
+        if not quick_exit:
             try:
                 probe.close()
             except Exception as error:  # noqa: BLE001
@@ -715,9 +750,12 @@ def main(argv: list[str]) -> int:
         os.replace(temporary, argv[2])
     sys.stdout.flush()
     sys.stderr.flush()
-    if probe.result["status"] == "timeout":
-        # A hung communicator can block NCCL's exit handlers; leave at once, the driver
-        # frees the process's GPU memory.
+    if quick_exit:
+        # Also for a hung communicator, whose exit handlers could block.
+        try:
+            ctypes.CDLL(None).fflush(None)   # NCCL's INFO lines still in C stdio buffers
+        except (OSError, AttributeError):
+            pass
         os._exit(0)
     return 0
 

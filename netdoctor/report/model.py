@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from netdoctor.vocabulary import StrEnum
 
-class Status(enum.StrEnum):
+
+class Status(StrEnum):
     PASS = "pass"
     WARN = "warn"
     FAIL = "fail"
@@ -15,7 +16,7 @@ class Status(enum.StrEnum):
     SKIP = "skip"
 
 
-class Grade(enum.StrEnum):
+class Grade(StrEnum):
     PASS = "pass"
     WARN = "warn"
     FAIL = "fail"
@@ -99,6 +100,17 @@ class CheckOutcome:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class MetricSample:
+    """One measured value for dashboards (`--format prometheus`): a metric family's name, its
+    bounded labels (device, port, lane, counter; never a sentence) and the value in the
+    family's unit. Made by netdoctor.checks.metrics from the inventory and counter history."""
+
+    name: str
+    labels: tuple[tuple[str, str], ...]
+    value: float
+
+
 @dataclass
 class Report:
     host: str
@@ -117,6 +129,9 @@ class Report:
     neighbors: dict[str, Any] = field(default_factory=dict)  # CONTRACT 6.3: port -> its first-hop switch
     # GPUs and compute rails (port, Gb/s): what `fleet probe` expects a node's traffic to reach.
     fabric: dict[str, Any] = field(default_factory=dict)
+    # Port rates, counters, module readings, NVLink errors (netdoctor.checks.metrics): the
+    # Prometheus output's values; not in the JSON, whose findings carry the judged facts.
+    metrics: tuple[MetricSample, ...] = ()
 
     SCHEMA = "netdoctor.report/1"
 

@@ -12,6 +12,11 @@ as the textfile collector requires). Metrics (host comes from the scrape's `inst
     netdoctor_info{version,rules}             always 1
     netdoctor_nccl_busbw_gbps                 NCCL bus bandwidth, GB/s (only when the probe ran)
 
+Values for dashboards (docs/metrics.md), each with a `host` label: the check durations,
+the probe's bus bandwidth in bytes per second, and what netdoctor.checks.metrics takes from
+the inventory (port rates and error counters, NVLink errors, module temperature and optical
+power, BER). The families above keep the labels they always had.
+
 Status values: 0 pass, 1 warn, 2 fail, 3 unknown, -1 skip (not applicable). Skips are
 kept, as -1, so that "the check exists and has nothing to judge" differs from "metric
 gone" (an absent series is what alerting on staleness looks for). Alert on `> 0`.
@@ -25,7 +30,9 @@ shadow findings fold separately under `shadow="true"`, since they are not graded
 
 from __future__ import annotations
 
-from netdoctor.report.model import STATUS_SEVERITY, Report, Status
+from decimal import Decimal
+
+from netdoctor.report.model import STATUS_SEVERITY, MetricSample, Report, Status
 from netdoctor.textsafe import safe_text
 from netdoctor.util import parse_iso_utc
 
@@ -45,8 +52,12 @@ def _labels(**labels: str) -> str:
 
 
 def _number(value: float) -> str:
-    """Full precision (`:g` would round a Unix timestamp to 6 digits); integers without `.0`."""
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+    """Full precision (`:g` would round a Unix timestamp to 6 digits); integers without `.0`;
+    a small ratio (a BER) positional, `0.00000000083`, as every reader takes it."""
+    if float(value).is_integer():
+        return str(int(value))
+    text = repr(float(value))
+    return format(Decimal(text), "f") if "e-" in text else text
 
 
 def _timestamp(started_at: str) -> float | None:
@@ -108,4 +119,40 @@ def render_prometheus(report: Report) -> str:
     if busbw is not None:
         metric("netdoctor_nccl_busbw_gbps", "NCCL all-reduce bus bandwidth of the local GPUs, GB/s.",
                [("", busbw)])
+    lines.extend(value_lines(report))
     return "\n".join(lines) + "\n"
+
+
+def value_lines(report: Report) -> list[str]:
+    """The value families, each with the report's `host` label first: check durations, the
+    probe's bus bandwidth and the inventory's values (report.metrics)."""
+    from netdoctor.checks.metrics import FAMILIES
+    from netdoctor.report.render import probe_busbw
+
+    host = (("host", report.host),)
+    durations: dict[str, float] = {}
+    for outcome in report.checks:     # one outcome per check; a repeat keeps the longest
+        durations[outcome.check] = max(outcome.duration_s, durations.get(outcome.check, 0.0))
+    families: dict[str, tuple[str, str]] = {
+        "netdoctor_check_duration_seconds": ("gauge", "Wall-clock time one check took in this run."),
+        "netdoctor_probe_busbw_bytes_per_second": (
+            "gauge", "NCCL all-reduce bus bandwidth of the local GPUs at the largest size, bytes per second."),
+        **FAMILIES}
+    samples: dict[str, list[MetricSample]] = {name: [] for name in families}
+    samples["netdoctor_check_duration_seconds"] = [
+        MetricSample("netdoctor_check_duration_seconds", (("check", check),), round(seconds, 4))
+        for check, seconds in durations.items()]
+    busbw = probe_busbw(report.probe)
+    if busbw is not None:
+        samples["netdoctor_probe_busbw_bytes_per_second"] = [
+            MetricSample("netdoctor_probe_busbw_bytes_per_second", (), busbw * 1e9)]
+    for sample in report.metrics:
+        samples.setdefault(sample.name, []).append(sample)
+    lines: list[str] = []
+    for name, (kind, help_text) in families.items():
+        if not samples[name]:
+            continue
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        lines.extend(f"{name}{_labels(**dict(host + sample.labels))} {_number(sample.value)}" for sample in samples[name])
+    return lines

@@ -16,12 +16,14 @@ from netdoctor.util import is_terminal
 FORMATS = ("text", "json", "prometheus", "junit")
 
 
-def render(report: Report, output_format: str, *, color: bool = False, terminal: bool = False) -> str:
+def render(report: Report, output_format: str, *, color: bool = False, terminal: bool = False,
+           verbose: bool = False) -> str:
     """The report in `output_format` (one of FORMATS); `terminal`: for a person at one
-    (colors where `color`, JSON indented)."""
+    (colors where `color`, JSON indented); `verbose` (the global -v): the text lists each
+    skipped check (the other formats always hold everything)."""
     if output_format == "text":
         from netdoctor.report.text import render_text
-        return render_text(report, color=color)
+        return render_text(report, color=color, verbose=verbose)
     if output_format == "json":
         from netdoctor.report.json_report import render_json
         return render_json(report, pretty=terminal)
