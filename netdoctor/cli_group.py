@@ -26,10 +26,9 @@ typer = import_without_rich("typer")
 import click  # noqa: E402  (after typer, imported without rich)
 from typer.core import TyperGroup  # noqa: E402
 
-from netdoctor.cli import error_line, guarded_call  # noqa: E402
+from netdoctor.cli import USAGE_EXIT, error_line, guarded_call  # noqa: E402
 from netdoctor.logging import configure_logging  # noqa: E402
 
-USAGE_EXIT = 3
 _SETTINGS = "netdoctor.logging"
 VERBOSE_HELP = "More log output on stderr (-vv: debug)."
 QUIET_HELP = "Less log output on stderr."

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -23,7 +22,7 @@ from netdoctor.inventory.model import Gpu, Hca, Inventory, Port
 from netdoctor.inventory.queries import gpu_fabric_netdevs, nearest_gpu
 from netdoctor.packs.model import RulePack
 from netdoctor.probe.result import MIN_PROBE_BUDGET_S, LaterFacts, ProbeNotRun, ProbeRequest, ProbeResult
-from netdoctor.util import DeadlineExceeded, call_with_deadline
+from netdoctor.util import Background, DeadlineExceeded, call_with_deadline
 
 
 def probe_checks(registry: Registry) -> tuple[str, ...]:
@@ -52,23 +51,18 @@ class EarlyAllReduce:
         self.request, self.later, self._before = request, request.later, before
         self.started = time.monotonic()
         self.deadline = self.started + request.budget_s
-        self._box: dict[str, Any] = {}
-        self._thread = threading.Thread(target=self._run, name="nccl-probe", daemon=True)
-        self._thread.start()
+        self._job = Background("nccl-probe", self._run)
 
-    def _run(self) -> None:
+    def _run(self) -> ProbeResult | None:
+        """The result; None when cancelled while NVML was read."""
         from netdoctor.probe import run_probe
 
-        try:
-            with contextlib.suppress(Exception):    # discovery reports NVML's own failure
-                self._before()
-            if self.later.wait(0.0) is None:
-                return                               # cancelled while NVML was read
-            # The probe's own budget ends where this one does: NVML's time came out of it.
-            left = dataclasses.replace(self.request, budget_s=self.deadline - time.monotonic())
-            self._box["value"] = run_probe(left)
-        except BaseException as error:  # handed to the pipeline's thread in `result`
-            self._box["error"] = error
+        with contextlib.suppress(Exception):    # discovery reports NVML's own failure
+            self._before()
+        if self.later.wait(0.0) is None:
+            return None
+        # The probe's own budget ends where this one does: NVML's time came out of it.
+        return run_probe(dataclasses.replace(self.request, budget_s=self.deadline - time.monotonic()))
 
     def cancel(self) -> None:
         """No longer wanted: the worker's group is stopped (a no-op once `result` resolved it)."""
@@ -83,14 +77,10 @@ class EarlyAllReduce:
             self.cancel()
             return finished(refused, request, self.started)
         self.later.resolve(request.gpu_links, request.pass_fraction)
-        self._thread.join(max(0.0, self.deadline + 0.5 - time.monotonic()))
-        if self._thread.is_alive():
+        result = self._job.result(self.deadline + 0.5)
+        if result is None:                            # it was cancelled before it started
             raise DeadlineExceeded("nccl-probe")
-        if "error" in self._box:
-            raise self._box["error"]
-        if "value" not in self._box:                 # it was cancelled before it started
-            raise DeadlineExceeded("nccl-probe")
-        return self._box["value"]
+        return result
 
 
 @contextlib.contextmanager

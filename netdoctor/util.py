@@ -123,32 +123,41 @@ def duration_text(seconds: float) -> str:
 
 
 class DeadlineExceeded(Exception):
-    """call_with_deadline stopped waiting."""
+    """The caller stopped waiting for a `Background` (call_with_deadline)."""
+
+
+class Background:
+    """`function` running in a daemon thread from now on; `result` waits for it.
+
+    A daemon thread because a hung NVML call or tool read cannot be interrupted: the caller
+    stops waiting for it, and the process exits without joining it.
+    """
+
+    def __init__(self, name: str, function: Callable[[], Any]) -> None:
+        self._box: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._run, args=(function,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, function: Callable[[], Any]) -> None:
+        try:
+            self._box["value"] = function()
+        except BaseException as error:  # handed to the caller's thread in `result`
+            self._box["error"] = error
+
+    def result(self, wait_until: float | None) -> Any:
+        """What `function` returned or raised; DeadlineExceeded when it had not ended by
+        `wait_until` (monotonic; None: wait for it)."""
+        self._thread.join(None if wait_until is None else max(0.0, wait_until - time.monotonic()))
+        if self._thread.is_alive():
+            raise DeadlineExceeded(self._thread.name)
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box["value"]
 
 
 def call_with_deadline(name: str, function: Callable[[], T], wait_until: float) -> T:
-    """Run `function` in a daemon thread; give up waiting at `wait_until` (monotonic).
-
-    A daemon thread because a hung NVML call or tool read cannot be interrupted: we stop
-    waiting for it, and the process exits without joining it.
-    """
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = function()
-        except BaseException as error:  # handed to the caller's thread below
-            box["error"] = error
-
-    worker = threading.Thread(target=target, name=name, daemon=True)
-    worker.start()
-    worker.join(timeout=max(0.0, wait_until - time.monotonic()))
-    if worker.is_alive():
-        raise DeadlineExceeded(name)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
+    """Run `function` in a daemon thread; give up waiting at `wait_until` (monotonic)."""
+    return Background(name, function).result(wait_until)
 
 def is_terminal(stream: Any) -> bool:
     """Is `stream` a terminal? A stream without isatty, or a closed one, is not."""

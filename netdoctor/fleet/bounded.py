@@ -18,6 +18,7 @@ MAX_REPORT_CHARS = 16 << 20
 CHUNK_CHARS = 1 << 22
 # The most that the reports still open (pdsh interleaves hosts) may hold together, and what
 # each line held costs beside its text (its str object), counted towards both bounds.
+# Engineering default: four reports at the per-node limit.
 PENDING_BUDGET_CHARS = 64 << 20
 LINE_OVERHEAD = 64
 

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+from netdoctor.cli import USAGE_EXIT
 from netdoctor.cli_group import NetdoctorGroup, invoke, typer, with_global_options
 from netdoctor.errors import NetdoctorError, UsageError
 from netdoctor.fleet.collect import FleetCollector
@@ -29,7 +30,6 @@ from netdoctor.vocabulary import StrEnum
 
 log = get_logger(__name__)
 
-USAGE_EXIT = 3
 
 fleet_app = typer.Typer(
     cls=NetdoctorGroup,     # -v/-q/--log-json after each subcommand too; "did you mean" for a typo

@@ -16,7 +16,8 @@ from netdoctor.fleet.rails import RailThresholds, find_rails
 from netdoctor.util import natural_key, utc_now_iso
 
 FLEET_SCHEMA = "netdoctor.fleet/1"
-# The most check columns the fleet shows: five times the checks netdoctor has, room for third-party ones.
+# The most check columns the fleet shows (engineering default): five times the checks netdoctor
+# has, room for third-party ones.
 MAX_COLUMNS = 100
 
 

@@ -17,7 +17,7 @@ from netdoctor.host.sources import Scope
 from netdoctor.host.types import CommandResult, NodeSource
 from netdoctor.inventory.from_nccl_env import read_nccl_env
 from netdoctor.inventory.from_neighbors import place_lldp_neighbors
-from netdoctor.inventory.from_nvml import NvmlQuestion, read_nvml
+from netdoctor.inventory.from_nvml import ask_nvml, read_nvml
 from netdoctor.inventory.from_pci import read_pci_tree, read_virtualization
 from netdoctor.inventory.from_platform import read_dmi, read_visibility
 from netdoctor.inventory.from_sysfs import (
@@ -55,7 +55,7 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
     for name, reason in plan.left_out():
         draft.status(name, SourceState.NOT_RUN, reason)
     node_jobs = plan.commands(draft.inventory, Scope.NODE)
-    nvml = NvmlQuestion(source) if plan.wants("nvml") else None    # beside netlink and sysfs
+    nvml = ask_nvml(source) if plan.wants("nvml") else None    # beside netlink and sysfs
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="netdoctor-discover") as pool:
         node_tools = pool.submit(source.run, [job.spec for job in node_jobs], deadline)
         read_sysfs_rdma(draft)

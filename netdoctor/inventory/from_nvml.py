@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import threading
 import time
 from typing import Any
 
@@ -22,48 +21,36 @@ from netdoctor.inventory.model import (
     PcieLink,
     SourceState,
 )
+from netdoctor.util import Background, DeadlineExceeded
 
 # CONTRACT 8's values of `fabric.health_summary` and `fabric.bandwidth`; any other is unknown (None).
 HEALTH_SUMMARIES = frozenset({"healthy", "unhealthy", "limited_capacity", "not_supported"})
 FABRIC_BANDWIDTHS = frozenset({"full", "degraded", "not_supported"})
 
 
-class NvmlQuestion:
-    """The node's NVML report, asked in a daemon thread from the moment discovery starts, so
-    NVML (~0.5 s on 8 GPUs) runs beside netlink and the sysfs reads. A wedged driver can block
-    an NVML call in the kernel for good: `answer` gives up at its deadline and nobody waits
-    for the thread."""
-
-    def __init__(self, source: NodeSource) -> None:
-        self._box: dict[str, Any] = {}
-        self._asker = threading.Thread(target=self._ask, args=(source,), name="netdoctor-nvml", daemon=True)
-        self._asker.start()
-
-    def _ask(self, source: NodeSource) -> None:
-        try:
-            self._box["answer"] = source.nvml()
-        except BaseException as error:    # handed to the discovering thread in `answer`
-            self._box["error"] = error
-
-    def answer(self, wait_until: float | None) -> tuple[dict[str, Any] | None, str]:
-        """The report and its status text; raises TimeoutError when NVML did not answer by `wait_until`."""
-        self._asker.join(timeout=None if wait_until is None else max(0.0, wait_until - time.monotonic()))
-        if self._asker.is_alive():
-            raise TimeoutError("NVML did not answer before the discovery deadline (a wedged GPU or driver?)")
-        if "error" in self._box:
-            raise self._box["error"]
-        return self._box["answer"]
+# NVML is asked in a daemon thread (netdoctor.util.Background), from the moment discovery
+# starts, so it runs beside netlink and the sysfs reads; a wedged driver can block an NVML
+# call in the kernel for good, and nobody waits for the thread past the deadline.
+NVML_TIMEOUT = "NVML did not answer before the discovery deadline (a wedged GPU or driver?)"
 
 
-def read_nvml(draft: Draft, wait_until: float | None = None, question: NvmlQuestion | None = None) -> None:
+def ask_nvml(source: NodeSource) -> Background:
+    """The node's NVML report (and its status text), asked now."""
+    return Background("netdoctor-nvml", source.nvml)
+
+
+def read_nvml(draft: Draft, wait_until: float | None = None, question: Background | None = None) -> None:
     """GPUs, driver and CUDA versions, GPU PCIe links and NVLinks from the NVML report (`question`:
     asked already); an NVML that does not answer by `wait_until` is a timed-out source, and
     discovery goes on without it."""
     started = time.monotonic()
     try:
-        report, status_text = (question or NvmlQuestion(draft.source)).answer(wait_until)
+        report, status_text = (question or ask_nvml(draft.source)).result(wait_until)
     except NetdoctorError:
         raise
+    except DeadlineExceeded:
+        draft.status("nvml", SourceState.TIMEOUT, NVML_TIMEOUT, time.monotonic() - started)
+        return
     except TimeoutError as error:
         draft.status("nvml", SourceState.TIMEOUT, str(error), time.monotonic() - started)
         return
