@@ -1,7 +1,8 @@
 """Start-up of `netdoctor`: whole-process wall time, CPU time and peak RSS, old code and this
 tree in one run, and where the import time goes.
 
-    python benchmarks/startup_bench.py [--runs 21] [--before DIR | --rev REV] [--markdown benchmarks/results/startup.md]
+    python benchmarks/startup_bench.py [--runs 21] [--before DIR | --rev REV] [--python PATH]
+        [--markdown benchmarks/results/startup.md]
 
 "before" is by default revision 0dc4788 of this repository (the code before issue 24).
 
@@ -64,12 +65,17 @@ def installed_layout(tree: Path, scratch: Path) -> Path:
     return scratch
 
 
+# The interpreter the commands run on (--python): this one, or e.g. a bare venv's, which starts
+# without this machine's site-packages hooks (.pth files), as a node's Python does.
+PYTHON = sys.executable
+
+
 def command(tree: Path | None, args: list[str], *flags: str, modules: bool = False) -> list[str]:
     if tree is None:
-        return [sys.executable, *flags, "-c", "pass"]
+        return [PYTHON, *flags, "-c", "pass"]
     prelude = ("import sys\nsys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f)]\n"
                f"sys.path.insert(0, {str(tree)!r})\n")
-    return [sys.executable, *flags, "-c", prelude + (_MODULES_AT_EXIT if modules else "") + CONSOLE_SCRIPT, *args]
+    return [PYTHON, *flags, "-c", prelude + (_MODULES_AT_EXIT if modules else "") + CONSOLE_SCRIPT, *args]
 
 
 def bytecode_cached(scratch: Path) -> None:
@@ -136,7 +142,11 @@ def main() -> int:
     source.add_argument("--rev", help="the old code: this revision of the repository")
     parser.add_argument("--top", type=int, default=8, help="slowest imports listed per command and code")
     parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--python", help="run the commands on this interpreter (default: this one); e.g. a bare "
+                                         "`python3 -m venv` (no packages: the trees are put on sys.path)")
     options = parser.parse_args()
+    global PYTHON
+    PYTHON = options.python or sys.executable
     if options.before is None and options.rev is None:
         options.rev = BASELINE_REV
     os.chdir(REPO)
@@ -215,7 +225,7 @@ def render(options: argparse.Namespace, samples: dict[tuple[str, str], list[tupl
         "",
         f"- date: {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC}",
         f"- machine: {os.cpu_count()}-core VM ({_cpu_model()}), Linux {platform.release()}",
-        f"- Python {platform.python_version()} at {sys.executable}",
+        f"- Python {platform.python_version()} at {PYTHON}",
         f"- load average (1, 5, 15 min) at the start {', '.join(f'{value:.2f}' for value in load_start)}; "
         f"at the end {', '.join(f'{value:.2f}' for value in load_end)}",
         f"- before: {old}; after: this working tree ({REPO.name})",

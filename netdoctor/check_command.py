@@ -1,8 +1,8 @@
-"""`netdoctor check` and `netdoctor checks`: their bodies, and the way in without typer.
+"""`netdoctor check`, `checks` and `probe`: their bodies, and the way in without typer.
 
 They run before every job on every node, so importing typer and click (and building the
 whole command tree) would be ~20 ms of each start. `fast_command` reads a command line of
-these two commands made only of the options below, in their plain forms (`--opt value`,
+these commands made only of the options below, in their plain forms (`--opt value`,
 `--opt=value`, flags, `-v`/`-vv`/`-q`, before or after the command); anything else (help,
 a typo, a value click could read another way, an option given twice) is left to typer
 (netdoctor.commands), which also owns every message about a bad command line.
@@ -34,18 +34,26 @@ CHECK_OPTIONS: dict[str, tuple[str, Any]] = {
 }
 CHECKS_OPTIONS: dict[str, tuple[str, Any]] = {"--format": ("output_format", LIST_FORMATS),
                                               "--plugin-dir": ("plugin_dir", "paths")}
+PROBE_OPTIONS: dict[str, tuple[str, Any]] = {
+    "--gpus": ("gpus", "text"), "--engine": ("engine", "text"), "--budget": ("budget", "float"),
+    "--format": ("output_format", REPORT_FORMATS), "-o": ("output", "path"), "--output": ("output", "path"),
+    "--rules": ("rules", "text"), "--snapshot": ("snapshot", "path"),
+}
+OPTIONS = {"check": CHECK_OPTIONS, "checks": CHECKS_OPTIONS, "probe": PROBE_OPTIONS}
 _DEFAULTS: dict[str, dict[str, Any]] = {
     "check": {"snapshot": None, "rules": None, "only": None, "skip": None, "no_probe": False, "output_format": "text",
               "output": None, "deadline": None, "state": None, "baseline": None, "plugin_dir": None, "debug": False,
               "fabric_scan": None},
     "checks": {"output_format": "text", "plugin_dir": None},
+    "probe": {"gpus": None, "engine": "auto", "budget": 15.0, "output_format": "text", "output": None, "rules": None,
+              "snapshot": None},
 }
 _PLAIN_NUMBER = re.compile(r"[0-9]+(\.[0-9]+)?")
 
 
 def fast_command(args: Sequence[str]) -> tuple[str, dict[str, Any], tuple[int, int, bool]] | None:
     """(command, its parameters, (-v count, -q count, --log-json)) when `args` is a plain
-    `check`/`checks` command line; None for anything typer should read."""
+    `check`, `checks` or `probe` command line; None for anything typer should read."""
     verbose = quiet = 0
     log_json = False
     command: str | None = None
@@ -65,7 +73,7 @@ def fast_command(args: Sequence[str]) -> tuple[str, dict[str, Any], tuple[int, i
             command = arg
         else:
             name, equals, attached = arg.partition("=") if arg.startswith("--") else (arg, "", "")
-            table = CHECK_OPTIONS if command == "check" else CHECKS_OPTIONS
+            table = OPTIONS[command]
             if name not in table:
                 return None                  # help, a positional argument, a typo: typer's
             parameter, kind = table[name]
@@ -101,7 +109,8 @@ def _value(kind: Any, text: str) -> Any:
 
 
 def run_fast(command: str, params: dict[str, Any]) -> Callable[[], int]:
-    return (lambda: check(**params)) if command == "check" else (lambda: list_checks(**params))
+    body = {"check": check, "checks": list_checks, "probe": probe}[command]
+    return lambda: body(**params)
 
 
 # -- the bodies (also what netdoctor.commands runs) ----------------------------------------
@@ -129,6 +138,8 @@ def check(snapshot: Path | None, rules: str | None, only: Sequence[str] | None, 
     """`netdoctor check`: the graded report; its exit code."""
     import time
 
+    if snapshot is None:
+        _start_cuda_init()      # a live run on a GPU node reads NVML, and the probe opens the GPUs
     from netdoctor.logging import verbose_requested
     from netdoctor.report.render import render, use_color
     from netdoctor.run import DEFAULT_DEADLINE_S, CheckOptions, run_check
@@ -154,6 +165,61 @@ def check(snapshot: Path | None, rules: str | None, only: Sequence[str] | None, 
     # A FIFO at -o is waited for only until the run's deadline.
     emit(text, output, started + (options.deadline_s or DEFAULT_DEADLINE_S))
     return report.grade.exit_code
+
+
+def probe(gpus: str | None, engine: str, budget: float, output_format: str, output: Path | None, rules: str | None,
+          snapshot: Path | None) -> int:
+    """`netdoctor probe`: the `check` pipeline with the probe checks alone; its exit code."""
+    if snapshot is not None:
+        raise UsageError("the NCCL probe runs only on a live node; --snapshot cannot be probed "
+                         "(use `netdoctor check --snapshot` to judge a snapshot)")
+    _start_cuda_init()
+    from netdoctor.report.render import render
+    from netdoctor.run import CheckOptions, run_check
+    from netdoctor.util import is_terminal
+
+    try:
+        from netdoctor.probe.dispatch import engine_names
+    except ImportError as error:
+        raise NetdoctorError(f"the NCCL probe is not available: {error}") from error
+    if engine not in engine_names():
+        raise UsageError(f"--engine {engine!r}: choose {', '.join(engine_names())}")
+    indices = parse_gpu_list(gpus)
+    if indices is not None and len(indices) < 2:
+        raise UsageError(f"--gpus {gpus!r}: an all-reduce needs at least 2 GPUs")
+    options = CheckOptions(rules=rules, probe_only=True, probe_gpus=indices, probe_engine=engine,
+                           probe_budget_s=positive_deadline(budget, budget))
+    report = run_check(options)
+    if output_format == "text":
+        from netdoctor.report.probe_text import render_probe_text
+
+        text = render_probe_text(report)
+    else:
+        text = render(report, output_format, terminal=output is None and is_terminal(sys.stdout))
+    emit(text, output)
+    return report.grade.exit_code
+
+
+def parse_gpu_list(text: str | None) -> tuple[int, ...] | None:
+    """`"0,1,3"` -> (0, 1, 3); None or empty -> None (all GPUs)."""
+    if text is None or not text.strip():
+        return None
+    indices: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit():
+            raise UsageError(f"--gpus {text!r}: expected comma-separated GPU indices such as 0,1,2,3")
+        if int(part) in indices:
+            raise UsageError(f"--gpus {text!r}: GPU {part} is listed twice")
+        indices.append(int(part))
+    return tuple(indices)
+
+
+def _start_cuda_init() -> None:
+    """A live run on a GPU node: cuInit from now on (netdoctor.host.cuda_warmup says why)."""
+    from netdoctor.host.cuda_warmup import start_cuda_init
+
+    start_cuda_init()
 
 
 def list_checks(output_format: str, plugin_dir: Sequence[Path] | None) -> int:

@@ -2,7 +2,7 @@
 
 It runs on every node before every job, so it imports nothing it does not need:
 `netdoctor --version` is answered here, without typer, structlog or any check; a plain
-`check` or `checks` command line runs without typer too (netdoctor.check_command); every
+`check`, `checks` or `probe` command line runs without typer too (netdoctor.check_command); every
 other command line goes to `netdoctor.commands` (typer), which imports per command.
 
 Ctrl-C at any moment of a run ends with one line, `netdoctor: error: interrupted`, and
@@ -197,7 +197,7 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
             # Like click's no_args_is_help, but a missing command is a usage error: exit 3.
             run_cli(["--help"])
             return USAGE_EXIT
-        if args[0] in ("check", "checks") or args[0].startswith("-"):
+        if args[0] in ("check", "checks", "probe") or args[0].startswith("-"):
             from netdoctor.check_command import fast_command, run_fast
 
             plain = fast_command(args)

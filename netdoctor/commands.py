@@ -5,7 +5,7 @@ Loaded by the entry point (`netdoctor.cli`) once a command is to run, never for
 3 unknown); every usage error, unreadable input or internal error exits 3 with one line on
 stderr (netdoctor.cli_group.invoke). Only the report goes to stdout.
 
-Heavy modules (the inventory builder, NVML, pyroute2, the probe, ClusterShell, xml) are
+Heavy modules (the inventory builder, NVML, the probe, ClusterShell, xml) are
 imported inside the commands that use them, so `netdoctor check --snapshot X` starts fast.
 """
 
@@ -19,9 +19,10 @@ from typing import Annotated, Any
 
 from netdoctor import __version__, check_command
 from netdoctor.check_command import emit as _emit, positive_deadline as _positive_deadline
+from netdoctor.check_command import parse_gpu_list  # noqa: F401  (re-exported, netdoctor.cli)
 from netdoctor.cli_group import (LOG_JSON_HELP, QUIET_HELP, VERBOSE_HELP, NetdoctorGroup, invoke, set_global_options,
                                  typer, with_global_options)
-from netdoctor.errors import NetdoctorError, UsageError
+from netdoctor.errors import NetdoctorError
 from netdoctor.logging import configure_logging
 
 
@@ -189,48 +190,8 @@ def probe(
     snapshot: Annotated[Path | None, typer.Option("--snapshot", hidden=True)] = None,
 ) -> int:
     """Run only the NCCL probe and print its result (the `check` pipeline with the probe checks alone)."""
-    from netdoctor.report.render import render
-    from netdoctor.util import is_terminal
-    from netdoctor.run import CheckOptions, run_check
-
-    if snapshot is not None:
-        raise UsageError("the NCCL probe runs only on a live node; --snapshot cannot be probed "
-                         "(use `netdoctor check --snapshot` to judge a snapshot)")
-    try:
-        from netdoctor.probe.dispatch import engine_names
-    except ImportError as error:
-        raise NetdoctorError(f"the NCCL probe is not available: {error}") from error
-    if engine not in engine_names():
-        raise UsageError(f"--engine {engine!r}: choose {', '.join(engine_names())}")
-    indices = parse_gpu_list(gpus)
-    if indices is not None and len(indices) < 2:
-        raise UsageError(f"--gpus {gpus!r}: an all-reduce needs at least 2 GPUs")
-    options = CheckOptions(rules=rules, probe_only=True, probe_gpus=indices, probe_engine=engine,
-                           probe_budget_s=_positive_deadline(budget, budget))
-    report = run_check(options)
-    if output_format is ReportFormat.TEXT:
-        from netdoctor.report.probe_text import render_probe_text
-
-        text = render_probe_text(report)
-    else:
-        text = render(report, output_format.value, terminal=output is None and is_terminal(sys.stdout))
-    _emit(text, output)
-    return report.grade.exit_code
-
-
-def parse_gpu_list(text: str | None) -> tuple[int, ...] | None:
-    """`"0,1,3"` -> (0, 1, 3); None or empty -> None (all GPUs)."""
-    if text is None or not text.strip():
-        return None
-    indices: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit():
-            raise UsageError(f"--gpus {text!r}: expected comma-separated GPU indices such as 0,1,2,3")
-        if int(part) in indices:
-            raise UsageError(f"--gpus {text!r}: GPU {part} is listed twice")
-        indices.append(int(part))
-    return tuple(indices)
+    # A plain `probe` command line is read without typer (netdoctor.check_command): one body for both.
+    return check_command.probe(gpus, engine, budget, output_format.value, output, rules, snapshot)
 
 
 @app.command("checks")

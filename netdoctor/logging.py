@@ -121,9 +121,12 @@ class Logger:
 def _log(name: str, method: str, event: str, values: dict[str, Any]) -> None:
     if _settings.level is not None and _METHOD_LEVELS[method] < _settings.level:
         return
-    structlog = sys.modules.get("structlog")
-    if structlog is None and _settings.level is None:
-        import structlog                   # library use, nothing configured: structlog's defaults, as always
+    structlog = None
+    if "structlog" in sys.modules or _settings.level is None:
+        # Library use, nothing configured: structlog's defaults, as always. The import statement,
+        # not sys.modules: it waits while another thread is still importing it (a module half
+        # initialised has no get_logger yet; discovery logs from several threads at once).
+        import structlog
     if structlog is not None:
         getattr(structlog.get_logger(name), method)(event, **values)
         return

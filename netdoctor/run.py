@@ -17,7 +17,7 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -34,6 +34,7 @@ from netdoctor.inventory.plan import report_only
 from netdoctor.inventory.queries import neighbors, versions
 from netdoctor.logging import get_logger
 from netdoctor.probe.result import MIN_PROBE_BUDGET_S
+from netdoctor.records import record
 from netdoctor.traffic import early_allreduce, fabric_summary, not_run, probe_checks, run_allreduce, run_nic_loopback
 from netdoctor.report.model import Finding, Grade, Report, Status, grade_of
 from netdoctor.util import DeadlineExceeded, call_with_deadline, utc_now_iso
@@ -61,13 +62,15 @@ PLUGIN_LOAD_S = 2.0
 # At least this long for parsing and joining what answered by the discovery deadline (a
 # share of the reserve when that is larger).
 DISCOVERY_GRACE_S = 0.3
+# The needs of the checks that judge traffic netdoctor makes (the all-reduce, the NIC loopback).
+TRAFFIC_NEEDS = frozenset({"probe", "loopback"})
 # What an auto-selected rule pack's [pack.match] reads (see discovery_needs).
 AUTO_PACK_NEEDS = frozenset({"gpus", "rdma"})
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CheckOptions:
     """What `netdoctor check` was asked to do (the CLI's options, typed)."""
 
@@ -216,7 +219,9 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
     # share: the whole probe budget, or half of what the traffic steps get when the loopback follows.
     allreduce_s = options.probe_budget_s if options.probe_budget_s is not None else \
         (deadline - reserve_s - time.monotonic()) / (2 if wants_loopback else 1)
-    with opened as node, early_allreduce(node, wanted=wants_allreduce, budget_s=allreduce_s,
+    # Only traffic checks (`netdoctor probe`): nothing is judged at rest, the worker need not wait for NVML.
+    traffic_only = all(TRAFFIC_NEEDS.intersection(check.needs) for check in selected)
+    with opened as node, early_allreduce(node, wanted=wants_allreduce, budget_s=allreduce_s, at_rest=not traffic_only,
                                          gpus=options.probe_gpus, engine=options.probe_engine) as early:
         try:
             inventory = discover(node, deadline=discovery_deadline, fabric_scan=options.fabric_scan,

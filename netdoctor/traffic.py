@@ -41,12 +41,13 @@ def not_run(no_probe: bool, wanted: bool, is_snapshot: bool) -> ProbeNotRun | No
 class EarlyAllReduce:
     """The all-reduce started before discovery (`early_allreduce`), taken up by `run_allreduce`.
 
-    Once NVML is read (`before`), its worker loads CUDA and NCCL and measures while the rest
-    of discovery runs (benchmarks/results/probe-speed.md); what only discovery and the pack
-    know (the GPUs' links, the pass fraction) reaches it through `later`.
+    Once `before` has returned (NVML read, where other checks judge the GPUs at rest), its
+    worker loads CUDA and NCCL and measures while the rest of discovery runs
+    (benchmarks/results/probe-speed.md); what only discovery and the pack know (the GPUs'
+    links, the pass fraction) reaches it through `later`.
     """
 
-    def __init__(self, request: ProbeRequest, before: Callable[[], object]) -> None:
+    def __init__(self, request: ProbeRequest, before: Callable[[], object] | None = None) -> None:
         assert request.later is not None
         self.request, self.later, self._before = request, request.later, before
         self.started = time.monotonic()
@@ -57,8 +58,9 @@ class EarlyAllReduce:
         """The result; None when cancelled while NVML was read."""
         from netdoctor.probe import run_probe
 
-        with contextlib.suppress(Exception):    # discovery reports NVML's own failure
-            self._before()
+        if self._before is not None:
+            with contextlib.suppress(Exception):    # discovery reports NVML's own failure
+                self._before()
         if self.later.wait(0.0) is None:
             return None
         # The probe's own budget ends where this one does: NVML's time came out of it.
@@ -85,11 +87,14 @@ class EarlyAllReduce:
 
 @contextlib.contextmanager
 def early_allreduce(node: NodeSource, *, wanted: bool, budget_s: float, gpus: tuple[int, ...] | None,
-                    engine: str) -> Iterator[EarlyAllReduce | None]:
+                    engine: str, at_rest: bool = True) -> Iterator[EarlyAllReduce | None]:
     """Start the all-reduce now, before discovery, where it can start early: a live node whose
     PCI bus has GPUs bound to the nvidia driver, an engine that can wait for discovery's facts,
     a budget the probe accepts. Otherwise None: `run_allreduce` starts it after discovery and
-    says why it did not run. Leaving the block stops a probe nobody took up."""
+    says why it did not run. Leaving the block stops a probe nobody took up.
+
+    `at_rest`: other checks judge the GPUs, so NVML reads them before the worker opens them;
+    without (`netdoctor probe`: only the traffic checks) the worker starts at once."""
     early = None
     if wanted and not node.is_snapshot and budget_s >= MIN_PROBE_BUDGET_S:
         try:
@@ -98,11 +103,12 @@ def early_allreduce(node: NodeSource, *, wanted: bool, budget_s: float, gpus: tu
             starts_early = None
         if starts_early is not None and starts_early(engine) and bound_gpu_count(node.sys) >= 2:
             request = ProbeRequest(budget_s=budget_s, pass_fraction=1.0, gpus=gpus, engine=engine, later=LaterFacts())
-            # NVML is read before the worker opens the GPUs: what the GPU checks judge (idle
-            # clocks, utilisation, link speed at rest) is the node at rest, as without the
-            # probe; and the worker's cuInit is quick with the GPUs already open (~0.5 s
-            # otherwise on 2 H200s: benchmarks/results/probe-speed.md).
-            early = EarlyAllReduce(request, before=node.nvml) if refusal(request, None) is None else None
+            # With at_rest, NVML is read before the worker opens the GPUs: what the GPU checks
+            # judge (idle clocks, utilisation, link speed at rest) is the node at rest, as
+            # without the probe. The probe itself takes from NVML only the GPUs' links, which
+            # traffic does not change.
+            early = EarlyAllReduce(request, before=node.nvml if at_rest else None) \
+                if refusal(request, None) is None else None
     try:
         yield early
     finally:

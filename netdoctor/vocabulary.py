@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import enum
 import sys
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from netdoctor.records import record
 
 
 class _StrEnumBackport(str, enum.Enum):
@@ -68,7 +70,7 @@ class PhysState(StrEnum):
     PHY_TEST = "PhyTest"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LinkRate:
     """A port's negotiated rate: `400 Gb/sec (4X NDR)` -> gbps=400, width=4, speed="NDR".
 
@@ -91,7 +93,7 @@ class LinkRate:
         return f"{rate} ({' '.join(parts)})" if parts else rate
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Topology:
     """`nvidia-smi topo -m`: the connection type between every pair of devices.
 

@@ -34,8 +34,7 @@ MINIMUM_PYTHON = "3.10"
 # Pure-Python distributions bundled, with what they need at run time. tomli: Python 3.10
 # has no tomllib (netdoctor.packs.load falls back to it); its compiled build is .py + .so.
 BUNDLED = (
-    "typer", "click", "shellingham", "typing_extensions", "structlog", "ClusterShell", "nvidia-ml-py", "pyroute2",
-    "tomli",
+    "typer", "click", "shellingham", "typing_extensions", "structlog", "ClusterShell", "nvidia-ml-py", "tomli",
 )
 # Compiled or not needed at run time: never copied even when a file list names them.
 EXCLUDED_SUFFIXES = (".so", ".pyd", ".dylib", ".pyc")

@@ -13,7 +13,7 @@ See docs/checks.md (`error-counters`) for every threshold and the symbol-error B
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
@@ -21,6 +21,7 @@ from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import Hca, LinkLayer, Port
 from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
 from netdoctor.packs import PortClass
+from netdoctor.records import record
 from netdoctor.util import duration_text
 
 HW_PREFIX = "hw_counters/"   # how netdoctor.checks.history keys hw counters in the history
@@ -28,7 +29,7 @@ PHYSICAL_REMEDY = ("physical-layer errors: reseat or replace the cable/transceiv
                    "(BER, FEC, eye), and the switch port's counters")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CounterSpec:
     name: str
     bits: int           # the IBTA PortCounters width: the value it saturates at is 2**bits - 1
@@ -102,7 +103,7 @@ def _rate(count: float) -> str:
     return f"{count:.0f}" if count >= 10 else f"{count:.2g}"
 
 
-@dataclass
+@record
 class PortJudgement:
     """What one port's counters came to: findings (non-pass) and notes for the pass summary."""
 

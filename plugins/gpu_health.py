@@ -39,12 +39,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.checks.history import CLOCK_REASON_PREFIX, CLOCK_REASONS, gpu_key
 from netdoctor.inventory.model import Gpu, GpuMemoryHealth
+from netdoctor.records import record
 from netdoctor.util import duration_text
 
 CHECK_ID = "gpu-health"
@@ -85,7 +86,7 @@ REPLAY_REMEDY = ("PCIe replays are link-level retransmissions (signal integrity)
                  "growing, have the slot, riser or retimer serviced")
 
 
-@dataclass
+@record
 class GpuJudgement:
     """One GPU's problems (findings), healthy facts and unread fields (for its pass)."""
 

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime, timedelta
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.inventory.model import Inventory, KernelEvent, KernelEventKind, KernelLog
+from netdoctor.records import record
 from netdoctor.util import iso_utc, parse_iso_utc
 from netdoctor_plugins.remedy_words import gpu_index, netdev_of
 from netdoctor_plugins.xid_catalog import (RECOVERY_BUCKET, RECOVERY_XID, UNLISTED, XidRules, XidVerdict, judge_gpu,
@@ -41,7 +42,7 @@ REMEDY_AER = ("reseat the card; check the slot and riser (`lspci -vv -s {address
               "AER errors on a GPU/NIC path end in a fallen-off device")
 
 
-@dataclass
+@record
 class _Tally:
     """Events of one kind about one subject, within the window."""
 

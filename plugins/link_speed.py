@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from netdoctor.checks import CheckContext, Finding, check
 from netdoctor.checks.api import majority
@@ -20,6 +19,7 @@ from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import Hca, LinkLayer, LinkRate, Port
 from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
 from netdoctor.packs import PortClass
+from netdoctor.records import record
 
 RATE_SOURCES = ("sysfs", "ibstat", "ibv_devinfo-v")
 
@@ -34,7 +34,7 @@ def speed_remedy(hca: Hca) -> str:
             f"expected speed, and the switch port's speed settings (`mlxlink -d {hca.name}`)")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Expectation:
     gbps: float | None
     width: int | None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.checks.api import majority
@@ -23,11 +22,12 @@ from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import Hca, LinkLayer, Netdev, Port
 from netdoctor.inventory.queries import unavailable_reason, virtual_function_note
 from netdoctor.packs import PortClass
+from netdoctor.records import record
 
 NETDEV_SOURCES = ("sysfs", "ibdev2netdev")
 
 
-@dataclass
+@record
 class Judged:
     """One subject's MTU finding, and the group it must agree with (kind, port class)."""
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
 from collections.abc import Iterator
 from typing import Any
 
@@ -214,6 +213,8 @@ def _smi_ids(probe: ProbeResult) -> dict[int, str]:
 
 def _localise(ctx: CheckContext, rows: tuple[LocalisationRow, ...], smi: dict[int, str]) -> Iterator[Finding]:
     """Name the GPU (or pair) that is slow compared with its peers in the localisation runs."""
+    import statistics   # only once the probe localised: ~5 ms of imports in every run otherwise
+
     slow_fraction = _fraction_rule(ctx, "localise_slow_fraction")
     for direction in ("host-to-device", "device-to-host"):
         copies = [row for row in rows if row.kind == "copy" and row.direction == direction and row.gbps is not None]

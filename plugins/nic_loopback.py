@@ -14,7 +14,6 @@ perftest) is `unknown`, never `fail`. A probe check: `--no-probe` skips it.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterator
 from typing import Any
 
@@ -87,9 +86,11 @@ def _judge(ctx: CheckContext, rail: Any, measured: dict[str, float]) -> Iterator
 
 
 def _bandwidth(ctx: CheckContext, rail: Any, measured: dict[str, float], rate: float | None) -> Iterator[Finding]:
+    from statistics import median   # only where the loopback ran: ~5 ms of imports otherwise
+
     bandwidth = rail.bandwidth_gbps
     others = [value for port, value in measured.items() if port != rail.port]
-    sibling_median = statistics.median(others) if len(others) + 1 >= ctx.rule("sibling_min_rails") else None
+    sibling_median = median(others) if len(others) + 1 >= ctx.rule("sibling_min_rails") else None
     evidence = _evidence(rail, rate_gbps=rate, siblings_median_gbps=sibling_median)
     if sibling_median and bandwidth < ctx.rule("sibling_fail_fraction") * sibling_median:
         yield ctx.fail(rail.port, f"{rail.port}: {bandwidth:g} Gb/s through GPU{rail.gpu} memory, "

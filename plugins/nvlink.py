@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, check
@@ -31,6 +30,7 @@ from netdoctor.checks.api import majority
 from netdoctor.checks.history import nvlink_key
 from netdoctor.inventory.model import NVLINK5_ERROR_COUNTERS, NVLINK_ERROR_COUNTERS, Gpu
 from netdoctor.probe.expectation import nvlink_version_name
+from netdoctor.records import record
 from netdoctor.util import duration_text
 
 CHECK_ID = "nvlink"
@@ -107,7 +107,7 @@ def _judge_gpu(ctx: CheckContext, gpu: Gpu, expected: int | None, node_version: 
         yield ctx.passed(subject, f"{active}/{gpu.nvlink_total} NVLinks active{version}", evidence=evidence)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class _Count:
     """One counter of one link over a window: `growth` between two readings, else its count
     over the uptime (the counters count from the driver's load at boot)."""

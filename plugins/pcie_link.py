@@ -18,12 +18,12 @@ SR-IOV virtual functions are judged through their physical function's link.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.inventory.model import Gpu, Hca, Inventory, PciPathFunction, PcieLink
 from netdoctor.inventory.queries import path_from_root, pci_endpoints, virtual_function_note
+from netdoctor.records import record
 from netdoctor.report.model import STATUS_SEVERITY
 from netdoctor.util import natural_key
 from netdoctor_plugins.remedy_words import bridge_above
@@ -40,7 +40,7 @@ NIC_SPEED_REMEDY = ("compare with the slot: " + LINK_STATE + " gives the card's 
 SOFTWARE_DEVICE_PREFIXES = ("rxe", "siw")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Verdict:
     """One aspect of a link's judgement: the status, the sentence and the rule that decided it."""
 

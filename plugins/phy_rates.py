@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from netdoctor.checks import CheckContext, Finding
 from netdoctor.inventory.model import Port
+from netdoctor.records import record
 from netdoctor.util import duration_text
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PortRate:
     gbps: float          # the port's data rate (sysfs rate: 400 for 4X NDR)
     lanes: int
@@ -25,7 +25,7 @@ class PortRate:
         return self.gbps / self.lanes
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Window:
     """The interval counts are judged over: `deltas` are the growth since the last run (None:
     the counts are cumulative over `seconds`, mlxlink's since-clear window or the uptime)."""

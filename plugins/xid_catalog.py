@@ -24,12 +24,12 @@ then as the bucket; a line that says neither keeps the bucket's grade and the fi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from netdoctor.checks import CheckContext, Status
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import KernelEvent
 from netdoctor.parsers.kernel_log import nvlink5_fault, recovery_action
+from netdoctor.records import record
 from netdoctor_plugins.remedy_words import dcgm_diag
 
 GRADES = ("fail", "warn", "repeat", "pass")
@@ -118,7 +118,7 @@ _STRENGTH = ("system_reboot", "node_reboot", "bus_reset", "RESTART_BM", "RESTART
              RECOVERY_BUCKET, UNLISTED, "WORKFLOW_XID_45", "RESTART_APP", "IGNORE")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class XidVerdict:
     """One Xid code of one GPU: how many, what the catalog says, the grade."""
 

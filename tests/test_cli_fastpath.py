@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from netdoctor.check_command import CHECK_OPTIONS, CHECKS_OPTIONS, fast_command
+from netdoctor.check_command import CHECK_OPTIONS, CHECKS_OPTIONS, PROBE_OPTIONS, fast_command
 
 ACCEPTED = [
     ["check"],
@@ -24,6 +24,9 @@ ACCEPTED = [
     ["check", "--no-fabric-scan", "--format", "junit", "--verbose", "--quiet", "-vq"],
     ["checks", "--format", "json", "--plugin-dir", "/opt/plugins", "-v"],
     ["--log-json", "checks"],
+    ["probe"],
+    ["-v", "probe", "--gpus", "0,1", "--engine", "nccl", "--budget", "8", "--format", "json", "-q"],
+    ["probe", "--budget=4.5", "--output", "/tmp/probe.json", "--rules", "dgx-h100", "--snapshot", "/snap/node1"],
 ]
 LEFT_TO_TYPER = [
     [], ["--version"], ["check", "--help"], ["-h"], ["check", "-h"], ["discover"], ["chek"], ["check", "extra"],
@@ -32,6 +35,8 @@ LEFT_TO_TYPER = [
     ["check", "--deadline", "inf"], ["check", "--debug=1"], ["check", "--rules", "-v"], ["check", "-o=/x"],
     ["check", "--snapshot", "/a", "--snapshot", "/b"], ["check", "--", "--no-probe"], ["check", "--no-probe", "fleet"],
     ["--version", "check"], ["fleet", "report", "x"], ["check", "--snapshot", " /padded"],
+    ["probe", "--help"], ["probe", "--no-probe"], ["probe", "--budget", "abc"], ["probe", "--gpus"], ["probe", "0,1"],
+    ["probe", "--format", "html"],
 ]
 
 
@@ -74,7 +79,8 @@ def test_anything_else_is_left_to_typer(args: list[str]) -> None:
     assert fast_command(args) is None
 
 
-@pytest.mark.parametrize(("name", "table"), [("check", CHECK_OPTIONS), ("checks", CHECKS_OPTIONS)])
+@pytest.mark.parametrize(("name", "table"), [("check", CHECK_OPTIONS), ("checks", CHECKS_OPTIONS),
+                                             ("probe", PROBE_OPTIONS)])
 def test_the_option_tables_are_the_commands_options(name: str, table: dict[str, Any]) -> None:
     """Every option of the command is in the table (but --help), and nothing else is."""
     import typer

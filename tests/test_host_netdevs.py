@@ -127,3 +127,53 @@ def test_netlink_failure_falls_back_to_sysfs(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(netdevs_module, "_netlink_links", broken)
     facts = collect_netdevs(RootedSysTree(_sys_tree(tmp_path)), use_netlink=True)
     assert [fact.name for fact in facts] == ["eth9", "ib0"]
+
+
+DUMP = """
+import json
+from netdoctor.host.rtnetlink import dump_links
+print(json.dumps(dump_links(5.0)))
+"""
+
+
+@pytest.mark.netns
+def test_the_link_dump_reads_what_ip_link_shows_across_many_datagrams(namespace: str) -> None:
+    """netdoctor.host.rtnetlink against iproute2 on 301 interfaces (~0.5 MB of RTM_NEWLINK, many
+    datagrams of 64 KiB): every name, MTU, operstate and address as `ip -j link` has them."""
+    batch = "".join(f"link add v{index}a mtu {1500 + index} type veth peer name v{index}b\n" for index in range(150))
+    subprocess.run(["ip", "-n", namespace, "-batch", "-"], input=batch, text=True, check=True, capture_output=True,
+                   timeout=60)
+    _ip("-n", namespace, "link", "set", "v7a", "up")
+    _ip("-n", namespace, "link", "set", "v7b", "up")
+    shown = json.loads(subprocess.run(["ip", "-n", namespace, "-j", "link", "show"], capture_output=True, text=True,
+                                      check=True, timeout=30).stdout)
+    completed = subprocess.run(["ip", "netns", "exec", namespace, sys.executable, "-c", DUMP], capture_output=True,
+                               text=True, timeout=60, cwd=Path(__file__).parent.parent)
+    assert completed.returncode == 0, completed.stderr
+    dumped = json.loads(completed.stdout)
+    assert len(dumped) == len(shown) == 301
+    assert [(link["name"], link["mtu"], link["operstate"], link["mac"]) for link in dumped] == [
+        (entry["ifname"], entry["mtu"], entry["operstate"], entry["address"]) for entry in shown]
+    assert {link["arp_type"] for link in dumped} == {1, 772}       # Ethernet veths, the loopback
+
+
+def test_a_malformed_or_refused_dump_is_an_os_error() -> None:
+    import struct
+
+    from netdoctor.host.rtnetlink import NLMSG_DONE, NLMSG_ERROR, RTM_NEWLINK, _parse_messages
+
+    links: list = []
+    with pytest.raises(OSError, match="malformed"):
+        _parse_messages(struct.pack("=IHHII", 4, RTM_NEWLINK, 0, 7, 0) + b"\0" * 12, 7, links)
+    with pytest.raises(OSError, match="malformed"):        # claims more bytes than the datagram has
+        _parse_messages(struct.pack("=IHHII", 400, RTM_NEWLINK, 0, 7, 0), 7, links)
+    refused = struct.pack("=IHHII", 36, NLMSG_ERROR, 0, 7, 0) + struct.pack("=i", -1) + b"\0" * 16
+    with pytest.raises(OSError) as error:
+        _parse_messages(refused, 7, links)
+    assert error.value.errno == 1                              # EPERM, as the kernel said
+    other = struct.pack("=IHHII", 16, NLMSG_DONE, 0, 99, 0)    # another request's answer is skipped
+    assert _parse_messages(other, 7, links) is False and links == []
+    # An attribute that claims more than its message ends the message's attributes, not the run.
+    header = struct.pack("=IHHII", 16 + 16 + 8, RTM_NEWLINK, 0, 7, 0) + struct.pack("=BxHiII", 0, 1, 2, 0, 0)
+    assert _parse_messages(header + struct.pack("=HH", 200, 3) + b"eth0", 7, links) is False
+    assert links == [{"name": None, "mtu": None, "operstate": None, "mac": None, "arp_type": 1}]

@@ -31,7 +31,8 @@ CONTRACT_NAMES = {"nvidia-smi-topo-m", "ibstat", "ibv_devinfo-v", "iblinkinfo", 
                   # CONTRACT 8
                   "nvidia-imex-ctl-N", "nvidia-smi-q"}
 # What host may import: itself and the small shared modules every layer uses.
-HOST_MAY_IMPORT = ("netdoctor.host", "netdoctor.util", "netdoctor.errors", "netdoctor.vocabulary", "netdoctor.logging")
+HOST_MAY_IMPORT = ("netdoctor.host", "netdoctor.util", "netdoctor.errors", "netdoctor.vocabulary", "netdoctor.logging",
+                   "netdoctor.records")
 
 
 def test_rows_are_unique_and_name_known_needs() -> None:

@@ -16,7 +16,7 @@ import pytest
 REPOSITORY = Path(__file__).resolve().parents[1]
 PRODUCT = [REPOSITORY / "netdoctor", REPOSITORY / "plugins"]
 # Below every layer: shared words, errors, logging setup, small pure helpers.
-BASE = {"netdoctor", "netdoctor.vocabulary", "netdoctor.errors", "netdoctor.util", "netdoctor.logging",
+BASE = {"netdoctor", "netdoctor.vocabulary", "netdoctor.errors", "netdoctor.util", "netdoctor.logging", "netdoctor.records",
         "netdoctor.textsafe"}
 # What each layer may import from netdoctor, besides BASE and itself. The first matching
 # prefix is a module's layer: the probe's result types and bandwidth model are pure data and
@@ -29,9 +29,10 @@ ALLOWED = {
     "netdoctor.probe.result": {"netdoctor.probe.expectation"},
     "netdoctor.inventory": {"netdoctor.host", "netdoctor.parsers"},
     "netdoctor.packs": {"netdoctor.inventory", "netdoctor.host.files", "netdoctor.host.trust"},
-    # The registry loads third-party code from disk: it asks host whether root may trust it.
+    # The registry loads third-party code from disk: it asks host whether root may trust it,
+    # and whether any distribution declares checks.
     "netdoctor.checks.registry": {"netdoctor.checks", "netdoctor.inventory", "netdoctor.packs", "netdoctor.report.model",
-                                  "netdoctor.probe.result", "netdoctor.host.trust"},
+                                  "netdoctor.probe.result", "netdoctor.host.trust", "netdoctor.host.entry_points"},
     "netdoctor.checks": {"netdoctor.inventory", "netdoctor.packs", "netdoctor.report.model",
                          "netdoctor.probe.result", "netdoctor.probe.expectation"},
     "netdoctor_plugins": {"netdoctor.inventory", "netdoctor.packs", "netdoctor.checks", "netdoctor.report.model",

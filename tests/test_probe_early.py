@@ -99,7 +99,10 @@ def test_a_probe_the_run_no_longer_wants_is_stopped(live: Path, monkeypatch: pyt
     assert code == 3, output
     pid = json.loads((live / "marks.json").read_text(encoding="utf-8"))["pid"]
     for _ in range(100):
-        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+        try:
+            if "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+                break
+        except OSError:          # gone (ENOENT, or ESRCH while it was being reaped)
             break
         time.sleep(0.05)
     else:
@@ -124,24 +127,30 @@ def test_later_facts_are_set_once() -> None:
     assert cancelled.wait(0) is None
 
 
-def test_nvml_is_read_once_and_before_the_worker_opens_the_gpus(live: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The GPU checks judge the node at rest (idle clocks, utilisation): NVML is read before
-    the early worker starts, and discovery takes the same reading."""
+@pytest.mark.parametrize("command, at_rest", [("check", True), ("probe", False)])
+def test_nvml_is_read_once_and_before_the_worker_opens_the_gpus_where_checks_judge_them_at_rest(
+        live: Path, monkeypatch: pytest.MonkeyPatch, command: str, at_rest: bool) -> None:
+    """`check` judges the GPUs at rest (idle clocks, utilisation): NVML is read before the early
+    worker starts, and discovery takes the same reading. `netdoctor probe` judges only the
+    traffic: its worker starts at once, beside NVML."""
     from netdoctor.host.live import LiveSource
 
     reads: list[float] = []
 
     def slow_nvml(self: LiveSource) -> tuple[None, str]:
         if self._nvml is None:
-            time.sleep(0.3)
+            time.sleep(0.5)
             reads.append(time.time())
             self._nvml = (None, "no NVIDIA driver: NVML Shared Library Not Found")
         return self._nvml
 
     monkeypatch.setattr(LiveSource, "_nvml_once", slow_nvml)
-    _probe()
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        run_cli([command, "--format", "json"])
     marks = json.loads((live / "marks.json").read_text(encoding="utf-8"))
-    assert len(reads) == 1 and marks["started_at"] >= reads[0]
+    assert len(reads) == 1
+    assert (marks["started_at"] >= reads[0]) is at_rest
 
 
 def test_a_process_group_started_after_the_exit_kill_dies_at_once() -> None:

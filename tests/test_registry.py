@@ -13,6 +13,7 @@ import pytest
 from netdoctor.checks.api import Check, CheckContext
 from netdoctor.checks import check
 from netdoctor.checks.registry import (
+    ENTRY_POINT_GROUP,
     Registry,
     builtin_check_order,
     checks_in_module,
@@ -289,3 +290,46 @@ def test_load_registry_includes_plugin_dirs(tmp_path: Path) -> None:
     (tmp_path / "more").chmod(0o755)
     registry = load_registry([tmp_path / "more"], system_dir=None, entry_points=False)
     assert registry.ids()[-1] == "zz-extra"
+
+
+def test_whether_distributions_declare_checks_is_told_as_importlib_metadata_tells_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every run asks whether third-party checks exist; netdoctor.host.entry_points answers
+    without importing importlib.metadata, and must agree with it."""
+    import importlib.metadata
+
+    from netdoctor.checks.registry import third_party_configured
+    from netdoctor.host.entry_points import declares_entry_points
+
+    for group in ("console_scripts", "pytest11", ENTRY_POINT_GROUP, "netdoctor.no-such-group"):
+        assert declares_entry_points(group) == bool(importlib.metadata.entry_points(group=group)), group
+    assert third_party_configured((), system_dir=None) is False
+    site = tmp_path / "site"
+    (site / "other-1.0.dist-info").mkdir(parents=True)
+    (site / "other-1.0.dist-info" / "entry_points.txt").write_text("[console_scripts]\nx = y:z\n")
+    (site / "old-1.0.egg-info").mkdir()
+    (site / "old-1.0.egg-info" / "entry_points.txt").write_text(f"  [{ENTRY_POINT_GROUP}]  \nold = old_checks\n")
+    monkeypatch.syspath_prepend(str(site))
+    importlib.invalidate_caches()
+    assert third_party_configured((), system_dir=None) is True
+    assert bool(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def test_what_the_quick_scan_cannot_read_is_left_to_importlib_metadata(tmp_path: Path) -> None:
+    """A zip or an `.egg` directory on sys.path, or an entry_points.txt that cannot be read,
+    may declare checks: the scan says yes and importlib.metadata decides, as before."""
+    import zipfile
+
+    from netdoctor.host.entry_points import declares_entry_points
+
+    archive = tmp_path / "plugins.zip"
+    with zipfile.ZipFile(archive, "w") as bundle:
+        bundle.writestr("zipped-1.0.dist-info/entry_points.txt", f"[{ENTRY_POINT_GROUP}]\nz = zipped\n")
+    assert declares_entry_points(ENTRY_POINT_GROUP, [str(archive)]) is True
+    egg = tmp_path / "old-1.0-py3.11.EGG"
+    (egg / "EGG-INFO").mkdir(parents=True)
+    assert declares_entry_points(ENTRY_POINT_GROUP, [str(egg)]) is True
+    unreadable = tmp_path / "site" / "odd-1.0.dist-info"
+    (unreadable / "entry_points.txt").mkdir(parents=True)          # a directory where a file should be
+    assert declares_entry_points(ENTRY_POINT_GROUP, [str(tmp_path / "site")]) is True
+    assert declares_entry_points(ENTRY_POINT_GROUP, [str(tmp_path / "absent"), str(tmp_path)]) is False

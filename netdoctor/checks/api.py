@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, TypeVar
 
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory
 from netdoctor.packs.model import RulePack
 from netdoctor.probe.result import ProbeNotRun, ProbeResult
+from netdoctor.records import record
 from netdoctor.report.model import Finding, Status
 
 T = TypeVar("T")
@@ -46,7 +47,7 @@ NEEDS = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Check:
     id: str
     description: str
@@ -79,7 +80,7 @@ def check(check_id: str, description: str, needs: tuple[str, ...] = (),
     return mark
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CounterHistory:
     """Counter values of an earlier run of this node, for growth-rate judgement."""
 
@@ -98,7 +99,7 @@ def majority(counts: Counter[T], *, prefer: Callable[[T], Any] = lambda value: v
     return max((value for value, count in counts.items() if count == top), key=prefer)
 
 
-@dataclass
+@record
 class CheckContext:
     """What a check function receives: the rule pack in force (`pack`: its port classes and
     every section) and this check's own section of it (`rules`)."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from netdoctor.checks.api import Check, CheckContext, CounterHistory
 from netdoctor.checks.bounds import FindingBuffer, bounded_finding
@@ -28,6 +28,7 @@ from netdoctor.errors import UsageError
 from netdoctor.inventory.model import Inventory
 from netdoctor.logging import get_logger
 from netdoctor.packs.model import RulePack
+from netdoctor.records import record
 from netdoctor.report.model import STATUS_SEVERITY, CheckOutcome, Finding, Status
 
 log = get_logger(__name__)
@@ -49,7 +50,7 @@ def select_checks(registry: Registry, only: Sequence[str] | None = None,
     return [check for check in registry.checks() if check.id in chosen]
 
 
-@dataclass
+@record
 class _Envelope:
     """One check's run in its worker thread; written by the worker, read after join."""
 

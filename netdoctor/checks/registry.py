@@ -16,15 +16,13 @@ as a `PluginProblem`, which the runner reports as an `unknown` finding of check 
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
-import importlib.metadata
 import importlib.util
 import os
 import pkgutil
 import sys
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -33,6 +31,7 @@ from netdoctor.checks.api import Check
 from netdoctor.errors import PluginError
 from netdoctor.host.trust import unsafe_path_reason
 from netdoctor.logging import get_logger
+from netdoctor.records import record
 from netdoctor.report.model import Finding, Status
 
 log = get_logger(__name__)
@@ -43,7 +42,7 @@ SYSTEM_PLUGIN_DIR = Path("/etc/netdoctor/plugins.d")
 PLUGINS_CHECK_ID = "plugins"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PluginProblem:
     """A third-party plugin that was not loaded: `subject` is its file or entry point."""
 
@@ -113,6 +112,8 @@ class Registry:
 
     def load_entry_points(self, group: str = ENTRY_POINT_GROUP) -> None:
         """Load third-party checks declared as entry points; broken ones become problems."""
+        import importlib.metadata   # only here: its import is ~20 ms of every run otherwise
+
         for entry_point in sorted(importlib.metadata.entry_points(group=group),
                                   key=lambda point: (point.name, point.value)):
             dist = getattr(entry_point, "dist", None)
@@ -157,6 +158,8 @@ class Registry:
                 self.problem(str(path), f"plugin file refused: {reason}")
                 return
         # A unique module name per path, so two directories may both hold `extra.py`.
+        import hashlib   # only for plugin directories: ~3 ms of imports otherwise
+
         digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
         module_name = f"netdoctor_site_plugin_{digest}_{path.stem}".replace("-", "_")
         try:
@@ -243,7 +246,9 @@ def third_party_configured(plugin_dirs: Sequence[Path] = (), system_dir: Path | 
     distributions that declare `netdoctor.checks` entry points (metadata only, nothing imported)."""
     if plugin_dirs or (system_dir is not None and system_dir.is_dir()):
         return True
-    return bool(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    from netdoctor.host.entry_points import declares_entry_points   # ~3 ms, importlib.metadata ~30
+
+    return declares_entry_points(ENTRY_POINT_GROUP)
 
 
 def load_registry(plugin_dirs: Sequence[Path] = (), *, system_dir: Path | None = SYSTEM_PLUGIN_DIR,

@@ -51,6 +51,7 @@ _TASK_LABEL = re.compile(r"^ *(?P<task>\d{1,9}): ")
 # After the `}` that closes an object printed with indent=0, an inner one is followed by
 # one of these; anything else after a `}` at column 0 may end the report.
 _INNER_CLOSE = (",", "]", "}")
+_GUESS_SLACK = 2048   # how far around the last block's length a block's close is looked for first (`_take_block`)
 
 
 class CollectorObserver(Protocol):
@@ -89,6 +90,7 @@ class FleetCollector(SavedInputs):
         self._file_fallbacks: set[str] = set()
         self._run: Run | None = None
         self._parked = 0         # characters of the open reports but `_run`'s
+        self._block_chars = 0    # length of the last block taken whole (`_take_block`)
 
     # ---- inputs -------------------------------------------------------------------------
 
@@ -182,9 +184,19 @@ class FleetCollector(SavedInputs):
         if chunk.startswith(close, position):
             end = position + len(close)
         else:
-            found = chunk.find("\n" + close, position)
+            marker = "\n" + close
+            found = -1
+            guess = self._block_chars
+            if guess:
+                # Reports alike are alike in length: first look where the last block ended (a few KiB,
+                # not ~20 KiB of pretty lines). A close there that is not the first makes a block that
+                # fails to decode whole (two objects) and goes the line path, or one that decodes
+                # whole: what the line path makes of it too (no earlier `}` line could end it).
+                found = chunk.find(marker, max(position, position + guess - _GUESS_SLACK), position + guess + _GUESS_SLACK)
             if found < 0:
-                return 0
+                found = chunk.find(marker, position)
+                if found < 0:
+                    return 0
             end = found + 1 + len(close)
         # `position` is a line start: after the chunk's start or the previous line's "\n".
         block = chunk[position - 1:end] if position else "\n" + chunk[:end]
@@ -198,6 +210,7 @@ class FleetCollector(SavedInputs):
             data = decode_whole(pending + body)
         except ValueError:             # left to the line path, which says why
             return 0
+        self._block_chars = end - position
         self._end_run(run, data)
         return end
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from netdoctor.fleet.domains import Domain, bounded_domain
@@ -21,6 +21,7 @@ from netdoctor.fleet.kept import (
 )
 from netdoctor.fleet.metrics import counter_growth, worst_pre_fec_ber_log10
 from netdoctor.fleet.platform import bounded_platform
+from netdoctor.records import record
 from netdoctor.report.model import STATUS_SEVERITY
 from netdoctor.vocabulary import StrEnum
 
@@ -93,7 +94,7 @@ GRADE_ORDER = (
 Rail = tuple[str, float | None, int | None, str | None, str | None]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class TopFinding:
     """The node's worst finding (or, for unreachable/invalid nodes, why there is no report)."""
 
@@ -120,7 +121,7 @@ class TopFinding:
 SenderReport = tuple[str, NodeGrade, TopFinding | None]
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class NodeSummary:
     """What the fleet keeps of one node: grade, top finding, per-check status, metrics.
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from netdoctor.fleet.model import BUSBW_METRIC, ERROR_GROWTH_METRIC, PHY_BER_METRIC, NodeSummary
+from netdoctor.records import record
 
 DEFAULT_THRESHOLD = 3.5
 MIN_SAMPLES = 5
@@ -24,7 +24,7 @@ _MAD_SCALE = 0.6745
 _MEAN_AD_SCALE = 1.2533
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OutlierRule:
     metric: str
     direction: str                     # "low": only low values are bad; "high": only high ones
@@ -42,7 +42,7 @@ DEFAULT_RULES = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Outlier:
     host: str
     metric: str

@@ -51,16 +51,17 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import chain
 from typing import Any
 
 from netdoctor.parsers.nccl import network_kind
+from netdoctor.records import record
 
 ROUND_PAIRS, ROUND_SHIFTED, ROUND_RAILS = 1, 2, 3
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodeFabric:
     """What a node's `check` report says of its fabric: GPUs, compute rails and their rates."""
 
@@ -68,7 +69,7 @@ class NodeFabric:
     rails: tuple[tuple[str, float | None], ...] = ()     # (port, Gb/s) in the node's rail order
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Group:
     hosts: tuple[str, ...]
     port: int                        # the bootstrap root's TCP port on hosts[0]
@@ -78,7 +79,7 @@ class Group:
         return {"hosts": list(self.hosts), "port": self.port, "rails": self.rails}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Measurement:
     """One group's outcome, as its nodes reported it (the slower rank counts)."""
 
@@ -94,7 +95,7 @@ class Measurement:
     algorithm: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Thresholds:
     efficiency: float = 0.9           # share of rails x rate a healthy pair reaches
     pass_fraction: float = 0.8
@@ -103,7 +104,7 @@ class Thresholds:
     expected_busbw_gbps: float = 0.0  # > 0: every group's expectation (GB/s); 0: the fleet's majority fabric
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Suspect:
     kind: str                        # node | rail | leaf
     host: str | None

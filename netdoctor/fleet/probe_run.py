@@ -19,7 +19,7 @@ the pack's or the fleet majority's, never its members' claims (probe_plan.fleet_
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
@@ -33,6 +33,7 @@ from netdoctor.fleet.settings import fleet_settings
 from netdoctor.fleet.sweep import SweepOptions, parse_hosts, run_sweep
 from netdoctor.logging import get_logger
 from netdoctor.parsers.nccl import network_kind
+from netdoctor.records import record
 
 log = get_logger(__name__)
 
@@ -41,7 +42,7 @@ NODE_COMMAND = "netdoctor fleet probe-node"
 ROUND_MARGIN_S = 20.0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FleetProbeOptions:
     hosts: str
     via: str = "pdsh"

@@ -32,21 +32,22 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from fractions import Fraction
 from typing import Any
 
 from netdoctor.fleet.model import NodeSummary
+from netdoctor.records import record
 from netdoctor.util import natural_key
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RailThresholds:
     min_majority: float = 0.5
     odd_fraction: float = 0.25
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class _Leaf:
     """One leaf switch as the judged nodes describe it."""
 

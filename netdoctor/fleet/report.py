@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from netdoctor.fleet.domains import find_domains
@@ -13,6 +13,7 @@ from netdoctor.fleet.drift import drifted, find_drift
 from netdoctor.fleet.model import GRADE_ORDER, NodeGrade, NodeSummary
 from netdoctor.fleet.outliers import DEFAULT_THRESHOLD, Outlier, find_outliers
 from netdoctor.fleet.rails import RailThresholds, find_rails
+from netdoctor.records import record
 from netdoctor.util import natural_key, utc_now_iso
 
 FLEET_SCHEMA = "netdoctor.fleet/1"
@@ -21,7 +22,7 @@ FLEET_SCHEMA = "netdoctor.fleet/1"
 MAX_COLUMNS = 100
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CheckTally:
     check: str
     fail: int
@@ -32,7 +33,7 @@ class CheckTally:
         return {"check": self.check, "fail": self.fail, "unknown": self.unknown, "warn": self.warn}
 
 
-@dataclass
+@record
 class FleetReport:
     generated_at: str
     nodes: list[NodeSummary]

@@ -5,14 +5,14 @@ merged): thresholds live in packs, never in code."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from netdoctor.errors import RulesError
 from netdoctor.fleet.probe_plan import Thresholds
 from netdoctor.fleet.rails import RailThresholds
+from netdoctor.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FleetSettings:
     probe: Thresholds
     sharp_expected: bool

@@ -18,7 +18,6 @@ import shlex
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from ClusterShell.NodeSet import NodeSet, NodeSetException
 
@@ -29,6 +28,7 @@ from netdoctor.fleet.progress import progress_line
 from netdoctor.host.runner import spawn
 from netdoctor.host.trust import child_environment
 from netdoctor.logging import get_logger
+from netdoctor.records import record
 
 log = get_logger(__name__)
 
@@ -43,7 +43,7 @@ _SWEEP_MARGIN_S = 30.0
 # the command's exit status is kept for the shell to report.
 _NEWLINE_AFTER = "; rc=$?; echo; exit $rc"
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SweepOptions:
     hosts: str
     via: str = "pdsh"
@@ -56,7 +56,7 @@ class SweepOptions:
     deadline_s: float | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SweepResult:
     nodes: list[NodeSummary]
     command: list[str]

@@ -12,12 +12,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ClusterShell.NodeSet import NodeSet
 
 from netdoctor.fleet.model import grade_severity
+from netdoctor.records import record
 from netdoctor.util import natural_key
 
 # Names NodeSet reads as one node. Anything else (`n[1-3]`, `a,b`, `@group`, `x!y`) would be
@@ -72,7 +72,7 @@ def contiguous_ranges(hosts: list[str]) -> list[tuple[str, int, str]]:
 
 # ---- version drift -------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DriftRow:
     what: str
     among: str
@@ -143,7 +143,7 @@ def alike_text(row: DriftRow) -> str:
 
 # ---- rail wiring ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RailRow:
     leaf: str
     switch_guid: str
@@ -208,7 +208,7 @@ def clean_leaves_by_rail(rows: list[RailRow]) -> list[tuple[str, list[str], int]
 
 # ---- NVLink domains ------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DomainRow:
     what: str                                # `cluster 00000001-... (chassis 1820000000001)` or `chassis 1820000000001`
     majority: str                            # `clique 2` (a cluster's); `cluster 00000001-...`, `no NVLink domain`

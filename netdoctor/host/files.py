@@ -22,7 +22,6 @@ import errno
 import os
 import select
 import stat
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,6 +120,8 @@ def replacement(path: Path, mode: int = 0o644) -> Iterator[BinaryIO]:
     inspect_target(path)
     if os.path.lexists(path) and _names_a_descriptor(path):
         raise UnsafePath(path, "the name of an open descriptor; it is written through or not at all, never replaced")
+    import tempfile   # only where a file is written: ~5 ms of imports otherwise
+
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(descriptor, "wb") as handle:

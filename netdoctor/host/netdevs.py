@@ -1,4 +1,4 @@
-"""Network interfaces: netlink (pyroute2) on a live node, sysfs `class/net` everywhere else.
+"""Network interfaces: netlink (an RTM_GETLINK dump) on a live node, sysfs `class/net` everywhere else.
 
 Netlink gives the kernel's view in one dump and sees every interface of the current
 network namespace; sysfs is what a snapshot can hold. A capture reads both, so the
@@ -8,11 +8,12 @@ snapshot reproduces what the live run saw.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
 from typing import Any
 
+from netdoctor.host.rtnetlink import dump_links
 from netdoctor.host.types import SysTree
 from netdoctor.logging import get_logger
+from netdoctor.records import record
 from netdoctor.util import PCI_ADDRESS_RE
 
 log = get_logger(__name__)
@@ -22,7 +23,7 @@ NETLINK_TIMEOUT_S = 3.0
 _SYSFS_ATTRIBUTES = ("mtu", "operstate", "address", "type")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NetdevFacts:
     """What the host layer knows of one interface (`ens1f0np0`, `ib0`)."""
 
@@ -73,21 +74,10 @@ def _from_sysfs(sys: SysTree, name: str) -> NetdevFacts:
 
 
 def _netlink_links() -> list[dict[str, Any]]:
-    """One RTM_GETLINK dump as plain dicts. Raises whatever pyroute2 raises."""
-    from pyroute2 import IPRoute  # lazily: importing pyroute2 costs ~0.2 s
-
-    links: list[dict[str, Any]] = []
-    with IPRoute() as route:
-        for message in route.get_links():
-            operstate = message.get_attr("IFLA_OPERSTATE")
-            address = message.get_attr("IFLA_ADDRESS")
-            links.append({
-                "name": message.get_attr("IFLA_IFNAME"),
-                "mtu": message.get_attr("IFLA_MTU"),
-                "operstate": str(operstate).lower() if operstate is not None else None,
-                "mac": str(address).lower() if address is not None else None,
-                "arp_type": message["ifi_type"],
-            })
+    """One RTM_GETLINK dump as plain dicts (netdoctor.host.rtnetlink). Raises OSError."""
+    links = dump_links(NETLINK_TIMEOUT_S)
+    for link in links:
+        link["operstate"] = link["operstate"].lower() if link["operstate"] is not None else None
     return links
 
 
@@ -102,7 +92,7 @@ def _netlink_with_timeout(timeout_s: float) -> list[dict[str, Any]] | None:
     def work() -> None:
         try:
             outcome["links"] = _netlink_links()
-        except Exception as error:  # pyroute2 raises many types (NetlinkError, OSError, ImportError)
+        except Exception as error:  # OSError from the socket; anything else is a bug, still not fatal
             outcome["error"] = error
 
     worker = threading.Thread(target=work, name="netdoctor-netlink", daemon=True)

@@ -277,6 +277,8 @@ def collect_nvml(nvml_module: ModuleType | None = None, sys: SysTree | None = No
         # NVML's count includes GPUs it cannot open (each then an entry with errors): with the
         # PCI bus it tells a lost GPU from one this process is not allowed to see.
         report["device_count"] = int(count) if isinstance(count, int) else None
+        # One GPU after another: read from a thread per GPU, or with cuInit beside them, the calls
+        # took as long in all (the driver answers one at a time: benchmarks/results/nvml.md).
         report["gpus"] = [_gpu(nvml, index, sys, dmabuf_query) for index in range(int(count or 0))]
         report["errors"] = errors
         return report, "ok"

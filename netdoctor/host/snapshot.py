@@ -11,9 +11,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
-import tarfile
-import tempfile
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -185,6 +182,8 @@ class SnapshotSource:
 
     def close(self) -> None:
         if self._cleanup is not None:
+            import shutil   # here and below: a directory snapshot, the common case, needs none of them
+
             shutil.rmtree(self._cleanup, ignore_errors=True)
             self._cleanup = None
 
@@ -217,6 +216,9 @@ def open_snapshot(path: Path | str) -> SnapshotSource:
         raise SnapshotError(f"snapshot {location} does not exist")
     if not location.is_file():
         raise SnapshotError(f"snapshot {location} is neither a directory nor an archive")
+    import shutil
+    import tempfile
+
     workdir = Path(tempfile.mkdtemp(prefix="netdoctor-snapshot-"))  # mode 0700: private
     try:
         extracted = workdir / "snapshot"
@@ -337,6 +339,9 @@ def write_snapshot(recording: Recording, path: Path | str, *, host: str, capture
 
 
 def _write_directory(entries: list[tuple[str, str, bytes | str]], target: Path) -> None:
+    import shutil
+    import tempfile
+
     if os.path.lexists(target):
         raise SnapshotError(f"cannot write snapshot {target}: it already exists")
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.tmp-"))
@@ -366,6 +371,8 @@ def _write_directory(entries: list[tuple[str, str, bytes | str]], target: Path) 
 
 
 def _write_archive(entries: list[tuple[str, str, bytes | str]], target: Path, mtime: float) -> None:
+    import tarfile
+
     if target.is_dir() and not target.is_symlink():
         raise SnapshotError(f"cannot write snapshot {target}: a directory of that name exists")
     with replacement(target, 0o644) as handle:

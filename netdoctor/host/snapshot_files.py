@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from netdoctor.errors import SnapshotError
 from netdoctor.host.budgets import over_bytes, over_lines, too_large
 from netdoctor.host.types import CommandResult, CommandSpec, CommandState
+from netdoctor.records import record
 
 # The most of a JSON file read at all (snapshot.json); nvml.json and nccl-env.json have
 # smaller budgets of their own (their rows in netdoctor.host.sources).
@@ -104,7 +105,7 @@ def parse_status(text: str, what: str) -> tuple[CommandState, int | None]:
     return (CommandState.OK if code == 0 else CommandState.ERROR), code
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RecordedCommand:
     """One recorded tool run: its status now, its output read when asked, within the asker's budget."""
 

@@ -26,9 +26,9 @@ Budgets are engineering defaults, not thresholds: sized from what a big real nod
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from netdoctor.host.types import CommandSpec
+from netdoctor.records import record
 from netdoctor.vocabulary import StrEnum
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -48,7 +48,7 @@ class Scope(StrEnum):
     EFA = "efa"                  # once per node that has an AWS EFA device
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Source:
     """One source of facts. `needs` empty: collected whatever the checks need."""
 

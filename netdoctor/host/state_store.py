@@ -27,12 +27,13 @@ import re
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from netdoctor.host.files import UnsafePath, inspect_target, open_lock_file, read_regular, replacement
 from netdoctor.logging import get_logger
+from netdoctor.records import record
 
 log = get_logger(__name__)
 
@@ -54,7 +55,7 @@ class StateProblem(Exception):
     """The stored history cannot be used; the message says why, for the report."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class StoredState:
     """What the state file held before this run (its entries), and what went wrong, if anything.
 

@@ -25,12 +25,13 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from netdoctor.errors import SnapshotError
 from netdoctor.host.recording import Recording
 from netdoctor.logging import get_logger
+from netdoctor.records import record
 from netdoctor.util import PCI_ADDRESS_RE
 
 log = get_logger(__name__)
@@ -40,13 +41,15 @@ log = get_logger(__name__)
 MAX_READ_BYTES = 64 * 1024
 # The kernel gives up after 40 links (ELOOP); a snapshot with a loop gets the same treatment.
 MAX_LINK_HOPS = 40
+# _read_file's answer for a name that is itself a link (read after resolving it).
+_FINAL_LINK = object()
 
 
 class UnsafePathError(SnapshotError):
     """A path (or a link in a snapshot) would leave the root of the sys tree."""
 
 
-@dataclass
+@record
 class _Resolution:
     """A path resolved inside the root, and where a snapshot keeps it."""
 
@@ -269,10 +272,8 @@ class RootedSysTree:
 
     def read(self, path: str) -> str | None:
         """Text of a sysfs file with ONE trailing newline removed; None if absent or unreadable.
-
-        Real sysfs attributes end in a newline; hand-made fixtures (gpud's) often do not,
-        so only one is removed and `rate` etc. compare the same either way.
-        """
+        Real sysfs attributes end in a newline; hand-made fixtures (gpud's) often do not, so only
+        one is removed and `rate` etc. compare the same either way."""
         data = self.read_binary(path)
         if data is None:
             return None
@@ -281,14 +282,42 @@ class RootedSysTree:
 
     def read_binary(self, path: str) -> bytes | None:
         """Raw content of a regular file; None if absent, unreadable or over MAX_READ_BYTES."""
+        # Most reads are a plain name in a directory already resolved (a port's seventy counters):
+        # opened without following links; a name that is a link (ELOOP) is resolved below.
+        full = self._in_resolved_directory(path) if self.recording is None else None
+        data = self._read_file(full, path) if full is not None else _FINAL_LINK
+        if data is not _FINAL_LINK:
+            return data       # type: ignore[return-value]
         resolution = self._resolve(path)
         if resolution is None:
             return None
-        full = self._full(resolution.physical)
+        data = self._read_file(self._full(resolution.physical), path)
+        if data is None or data is _FINAL_LINK:
+            return None
+        if self.recording is not None:
+            self._record_resolution(resolution)
+            if resolution.stored is not None:
+                self.recording.add_file("/".join(resolution.stored), data)   # type: ignore[arg-type]
+            else:
+                log.debug("sys read not recordable in a snapshot", path=path)
+        return data                   # type: ignore[return-value]
+
+    def _in_resolved_directory(self, path: str) -> str | None:
+        """The full path of `path`, a plain name in a resolved directory; None otherwise."""
+        parts = _user_parts(path)
+        if not parts or parts[-1] == "..":
+            return None
+        directory = self._resolve_directory(tuple(parts[:-1]), path)
+        return None if directory is None else self._full([*directory.physical, parts[-1]])
+
+    def _read_file(self, full: str, path: str) -> bytes | object | None:
+        """The regular file at `full`, never following a link (_FINAL_LINK when it is one)."""
         try:
             # O_NONBLOCK: a FIFO planted in a snapshot must not hang the open.
             descriptor = os.open(full, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError as error:
+            if error.errno == errno.ELOOP:
+                return _FINAL_LINK
             if error.errno not in (errno.ENOENT, errno.ENOTDIR):
                 # EACCES (root-only attributes), EIO/ENODEV (device gone or in reset) are routine in /sys.
                 log.debug("sys file unreadable", path=path, error=os.strerror(error.errno or 0))
@@ -299,10 +328,7 @@ class RootedSysTree:
                 return None
             chunks: list[bytes] = []
             size = 0
-            while size <= MAX_READ_BYTES:
-                chunk = os.read(descriptor, MAX_READ_BYTES + 1 - size)
-                if not chunk:
-                    break
+            while size <= MAX_READ_BYTES and (chunk := os.read(descriptor, MAX_READ_BYTES + 1 - size)):
                 chunks.append(chunk)
                 size += len(chunk)
             if size > MAX_READ_BYTES:
@@ -315,12 +341,6 @@ class RootedSysTree:
             return None
         finally:
             os.close(descriptor)
-        if self.recording is not None:
-            self._record_resolution(resolution)
-            if resolution.stored is not None:
-                self.recording.add_file("/".join(resolution.stored), data)
-            else:
-                log.debug("sys read not recordable in a snapshot", path=path)
         return data
 
     def listdir(self, path: str) -> list[str]:
@@ -363,10 +383,8 @@ class RootedSysTree:
 
     def is_dir(self, path: str) -> bool:
         resolution = self._resolve(path)
-        if resolution is None:
-            return False
         # Every link on the way is resolved, so the last component is not a link here.
-        if not os.path.isdir(self._full(resolution.physical)):
+        if resolution is None or not os.path.isdir(self._full(resolution.physical)):
             return False
         if self.recording is not None and resolution.stored is not None:
             self._record_resolution(resolution)
@@ -390,15 +408,12 @@ class RootedSysTree:
 
     def pci_path(self, address: str) -> tuple[str, ...] | None:
         """The PCI functions from the root port down to `address`, where the kernel placed it
-        (`bus/pci/devices/ADDR -> ../../../devices/pci0000:15/0000:15:01.0/.../ADDR`).
-
-        None when the tree is not known: no such function, or a snapshot that kept the
-        function as a plain `bus/pci/devices/ADDR` directory.
-        """
+        (`bus/pci/devices/ADDR -> ../../../devices/pci0000:15/0000:15:01.0/.../ADDR`). None when
+        the tree is not known: no such function, or a snapshot that kept the function as a plain
+        `bus/pci/devices/ADDR` directory."""
         resolution = self._resolve(f"bus/pci/devices/{address}")
-        if resolution is None or not _is_pci_tree_path(resolution.physical) or resolution.physical[-1] != address:
-            return None
-        if not os.path.isdir(self._full(resolution.physical)):
+        if resolution is None or not _is_pci_tree_path(resolution.physical) or resolution.physical[-1] != address \
+                or not os.path.isdir(self._full(resolution.physical)):
             return None
         self._record_resolution(resolution)
         if self.recording is not None and resolution.stored is not None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import os
-import shutil
 import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -102,6 +101,8 @@ def resolve_program(program: str, path: str | None) -> str:
             raise FileNotFoundError(f"{program}: no such file")
         found = str(candidate)
     else:
+        import shutil   # only where a tool is looked for: ~5 ms of imports (its archive modules) otherwise
+
         located = shutil.which(program, path=tool_search_path(path))
         if located is None:
             raise FileNotFoundError(f"{program}: not found in PATH")

@@ -7,9 +7,9 @@ which kind it has.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from netdoctor.records import record
 from netdoctor.vocabulary import StrEnum
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ class CommandState(StrEnum):
     TOO_LARGE = "too-large"  # its output is over the row's budget (netdoctor.host.budgets): not read
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CommandSpec:
     """One tool run. `name` is the snapshot command NAME (`perfquery-x-mlx5_0-1`)."""
 
@@ -39,7 +39,7 @@ class CommandSpec:
     max_lines: int | None = None          # more lines than this is too large (None: no line budget)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CommandResult:
     name: str
     state: CommandState

@@ -11,7 +11,7 @@ as sysfs has named the ports.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import functools
 
 from netdoctor.host.sources import Scope
 from netdoctor.host.types import CommandResult, NodeSource
@@ -37,7 +37,7 @@ from netdoctor.inventory.merge import Draft, quiet
 from netdoctor.inventory.model import Inventory, Netdev, PcieLink, SourceState
 from netdoctor.inventory.plan import Job, Plan
 from netdoctor.parsers import sysfs_values
-from netdoctor.util import natural_key
+from netdoctor.util import Background, natural_key
 
 
 def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric_scan: bool | None = None,
@@ -56,27 +56,30 @@ def build_inventory(source: NodeSource, *, deadline: float | None = None, fabric
         draft.status(name, SourceState.NOT_RUN, reason)
     node_jobs = plan.commands(draft.inventory, Scope.NODE)
     nvml = ask_nvml(source) if plan.wants("nvml") else None    # beside netlink and sysfs
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="netdoctor-discover") as pool:
-        node_tools = pool.submit(source.run, [job.spec for job in node_jobs], deadline)
-        read_sysfs_rdma(draft)
-        read_netdevs(draft)
-        read_peer_memory(draft)
-        read_pci_gpus(draft)
-        read_dmi(draft)
-        read_visibility(draft)
-        read_proc(draft)
-        port_jobs = _device_jobs(plan, draft.inventory)
-        port_tools = pool.submit(source.run, [job.spec for job in port_jobs], deadline)
-        if nvml is not None:
-            read_nvml(draft, wait_until=deadline, question=nvml)
-        if plan.wants("nccl-env"):
-            read_nccl_env(draft)
-        if plan.serves("pcie-tree"):
-            read_pci_tree(draft)
-            read_virtualization(draft)   # after read_dmi and read_nvml: it judges their facts
-        sysfs_named_hcas = bool(draft.inventory.hcas)
-        node_results = node_tools.result()
-        port_results = port_tools.result()
+    # The tools run in their own threads, beside the reads below (concurrent.futures would cost
+    # ~10 ms of imports, the stdlib logging package with it, in every run).
+    node_tools = Background("netdoctor-discover-node-tools", functools.partial(
+        source.run, [job.spec for job in node_jobs], deadline))
+    read_sysfs_rdma(draft)
+    read_netdevs(draft)
+    read_peer_memory(draft)
+    read_pci_gpus(draft)
+    read_dmi(draft)
+    read_visibility(draft)
+    read_proc(draft)
+    port_jobs = _device_jobs(plan, draft.inventory)
+    port_tools = Background("netdoctor-discover-port-tools", functools.partial(
+        source.run, [job.spec for job in port_jobs], deadline))
+    if nvml is not None:
+        read_nvml(draft, wait_until=deadline, question=nvml)
+    if plan.wants("nccl-env"):
+        read_nccl_env(draft)
+    if plan.serves("pcie-tree"):
+        read_pci_tree(draft)
+        read_virtualization(draft)   # after read_dmi and read_nvml: it judges their facts
+    sysfs_named_hcas = bool(draft.inventory.hcas)
+    node_results = node_tools.result(None)
+    port_results = port_tools.result(None)
     _join_commands(draft, node_jobs, node_results)
     if not sysfs_named_hcas:
         # sysfs named no HCA: per-port tools follow what ibstat found instead.

@@ -8,11 +8,12 @@ types are re-exported by `netdoctor.inventory.model`; checks import them from th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 
 from netdoctor.parsers.pci_config import AcsControl
 from netdoctor.parsers.transceiver import ModuleDiagnostics, ModuleReading  # noqa: F401  (re-exported)
+from netdoctor.records import record
 from netdoctor.vocabulary import KernelEventKind
 
 
@@ -27,7 +28,7 @@ NVLINK5_ERROR_COUNTERS = ("symbol_errors",)
 NVLINK_GENERATIONS = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0", 8: "6.0"}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NvLink:
     """One NVLink of one GPU."""
 
@@ -40,7 +41,7 @@ class NvLink:
     effective_ber: float | None = None      # NVLink 5: NVML's effective BER, decoded from its packed field
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuFabric:
     """nvmlDeviceGetGpuFabricInfo(V): the GPU's registration with the NVSwitch fabric."""
 
@@ -58,7 +59,7 @@ class GpuFabric:
         return bool(uuid) and uuid.replace("-", "").strip("0") != ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuPlatform:
     """nvmlDeviceGetPlatformInfo: where the GPU sits in its rack (GB200/GB300 NVL72; None elsewhere)."""
 
@@ -73,7 +74,7 @@ class GpuPlatform:
 # ---- PCIe links ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PcieLink:
     """A PCIe function's link. Speeds in GT/s (2.5, 5, 8, 16, 32, 64); gen derived from them."""
 
@@ -87,7 +88,7 @@ class PcieLink:
     source: str = "sysfs"             # sysfs | nvml
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PciPathFunction:
     """A PCI function on a GPU's or NIC's way to its root port: the device or a bridge above it.
 
@@ -113,7 +114,7 @@ class PciPathFunction:
 # ---- The kernel log --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelEvent:
     kind: KernelEventKind
     subject: str                # PCI address (`0000:18:00.0`), netdev or RDMA device
@@ -123,7 +124,7 @@ class KernelEvent:
     fatal: bool | None = None   # SXid: Fatal / Non-fatal as logged
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelLog:
     """Events of this boot, as far as the log reached back."""
 
@@ -138,7 +139,7 @@ class KernelLog:
 # ---- Services ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ServiceState:
     """`systemctl show UNIT -p ActiveState,SubState,Result,NRestarts,ActiveEnterTimestamp,UnitFileState`."""
 

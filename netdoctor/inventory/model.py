@@ -7,7 +7,7 @@ where two sources disagree about one fact the disagreement is kept in `conflicts
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 # The fabric part of the model and the shared vocabulary, also importable from here.
@@ -33,6 +33,7 @@ from netdoctor.parsers.lldpctl import LldpNeighbor
 from netdoctor.parsers.mlxlink_counters import PhyCounters
 from netdoctor.parsers.nccl_env import NcclSettings
 from netdoctor.parsers.nvidia_imex_ctl import ImexDomain
+from netdoctor.records import record
 from netdoctor.vocabulary import LinkLayer, LinkRate, PhysState, PortState, StrEnum, Topology
 
 
@@ -46,7 +47,7 @@ class SourceState(StrEnum):
     TOO_LARGE = "too-large"    # over its budget (netdoctor.host.budgets): not parsed
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SourceStatus:
     """What happened to one source of facts, e.g. `ibstat` or `nvml` or `sysfs:infiniband`."""
 
@@ -74,7 +75,7 @@ class SourceStatus:
         return f"{text}: {self.detail}" if self.detail else text
 
 
-@dataclass
+@record
 class Port:
     hca: str
     number: int
@@ -117,7 +118,7 @@ class Port:
         return self.state is PortState.ACTIVE
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FirstHop:
     """The switch at the other end of a port's cable (CONTRACT 6.3 `neighbors`).
 
@@ -139,7 +140,7 @@ class FirstHop:
 GID_SLOTS_READ = 16
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Gid:
     """One RoCE GID entry: `RoCE v2` / `IB/RoCE v1` and its address (`::ffff:10.0.0.5` for IPv4)."""
 
@@ -152,7 +153,7 @@ class Gid:
         return bool(self.address) and set(self.address.replace(":", "")) - {"0"} != set()
 
 
-@dataclass
+@record
 class Hca:
     name: str                         # mlx5_0
     ca_type: str | None = None        # MT4129
@@ -186,7 +187,7 @@ class Hca:
         return self.physical_function is not None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class QosConfig:
     """mlnx_qos view of a netdev: trust mode and which priorities have PFC on."""
 
@@ -202,7 +203,7 @@ class QosConfig:
         return self.dscp_to_priority[dscp] if len(self.dscp_to_priority) == 64 and 0 <= dscp < 64 else None
 
 
-@dataclass
+@record
 class Netdev:
     name: str
     mtu: int | None = None
@@ -235,7 +236,7 @@ class Netdev:
         return self.arp_type == 32
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuMemoryHealth:
     """NVML's memory health of one GPU (CONTRACT 7.2 `memory`); None: NVML did not say."""
 
@@ -251,7 +252,7 @@ class GpuMemoryHealth:
     retired_pending: bool | None = None
 
 
-@dataclass
+@record
 class Gpu:
     index: int
     name: str | None = None           # NVIDIA H100 80GB HBM3
@@ -289,7 +290,7 @@ class Gpu:
         return f"GPU{self.index}"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Conflict:
     """Two sources disagree about one fact: kept, not silently resolved."""
 
@@ -299,7 +300,7 @@ class Conflict:
     chosen: str | None = None         # which source's value the inventory uses
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PeerMemory:
     """GPUDirect RDMA readiness facts (kernel modules from /sys/module)."""
 
@@ -308,7 +309,7 @@ class PeerMemory:
     gdrdrv: bool | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Dmi:
     """The platform as its firmware names it (/sys/class/dmi/id); None: not readable."""
 
@@ -318,7 +319,7 @@ class Dmi:
     board_vendor: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProcessVisibility:
     """What may hide GPUs from this process on purpose (snapshot.json `visibility`): the
     variables that narrow CUDA/NVML, a SLURM job or step this process runs in, a container.
@@ -338,7 +339,7 @@ class ProcessVisibility:
     device_nodes: dict[str, str] | None = field(default=None, hash=False)
 
 
-@dataclass
+@record
 class Inventory:
     host: str
     captured_at: str                  # ISO 8601 UTC

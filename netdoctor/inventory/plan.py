@@ -11,12 +11,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 
 from netdoctor.host.sources import SOURCES, SOURCES_BY_NAME, Scope, Source
 from netdoctor.host.types import CommandSpec
 from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import Inventory, LinkLayer
+from netdoctor.records import record
 
 # What judging a need also reads. The needs gate judges ib/roce/counters/qos through rdma;
 # the rule pack's port classes place RDMA ports by their GPU proximity (`near_gpu`: the
@@ -52,7 +52,7 @@ NOT_NEEDED = "not needed by the selected checks"
 LIVE_ONLY = "collected only on a live node"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Job:
     """One command of the plan: the row it comes from and the fields it was expanded with."""
 
@@ -92,7 +92,7 @@ def with_implied(needs: frozenset[str]) -> frozenset[str]:
     return frozenset(closed)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Plan:
     """`needs` None: everything. Build it with `Plan.of` so that implied needs are added."""
 

@@ -29,10 +29,10 @@ H100 NVL, H100 PCIe, H200 NVL and other PCIe GPUs are never HGX, whatever sits b
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.inventory.hardware import NVIDIA_GPU_MODELS
 from netdoctor.inventory.model import Inventory
+from netdoctor.records import record
 
 # NVML's names of SXM GPUs -> the HGX 8-GPU baseboard platform they make with NVSwitches.
 # (NVML names: "NVIDIA H100 80GB HBM3" is the H100 SXM5; "NVIDIA H200" the H200 SXM; "NVIDIA H100
@@ -85,7 +85,7 @@ PLATFORM_NAMES = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NodePlatform:
     id: str                        # the key of `[inventory.platforms]` in the rule packs
     basis: str                     # how it is known, for findings: "DMI product_name 'DGXH100'"

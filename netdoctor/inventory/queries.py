@@ -8,12 +8,12 @@ paths to the root port.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from netdoctor.inventory.hardware import FABRIC_NETDEV_DRIVERS, efa_generation, is_efa
 from netdoctor.inventory.model import Gpu, Hca, Inventory, PciPathFunction, Port
 from netdoctor.parsers.nccl_env import nccl_integer
+from netdoctor.records import record
 from netdoctor.util import natural_key
 
 # PCIe distances from `nvidia-smi topo -m` that put a NIC next to a GPU: at most one bridge
@@ -31,7 +31,7 @@ def gpus_attached_by_c2c(inventory: Inventory) -> bool:
     return any(gpu.memory_numa_node is not None for gpu in inventory.gpus)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuProximity:
     """Whether an HCA sits next to a GPU, and on what evidence (`basis`, for findings)."""
 
@@ -283,7 +283,7 @@ def gpu_fabric_netdevs(inventory: Inventory) -> dict[str, list[str]] | None:
     return placed or None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TrafficClass:
     """The ToS byte NCCL's RoCE QPs on a port are sent with, and what set it."""
 

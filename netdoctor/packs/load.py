@@ -10,7 +10,7 @@ tables and change `[grade]` lists.
 from __future__ import annotations
 
 import copy
-import importlib.resources
+import importlib
 import os
 import re
 from collections.abc import Mapping
@@ -82,11 +82,16 @@ MATCH_FIELDS: dict[str, type | tuple[type, ...]] = {
 
 def bundled_packs() -> dict[str, Path]:
     """Bundled pack name (file stem) -> path, from the installed `netdoctor_rules` package."""
-    root = importlib.resources.files(RULES_PACKAGE)
+    # The package's directory (importlib.resources would add ~9 ms of imports, zipfile's among
+    # them; the zipapp unpacks itself, so the packs are files there too).
+    location = importlib.import_module(RULES_PACKAGE).__file__
+    if location is None:     # a namespace package: no directory that is the bundled packs'
+        raise RulesError(f"the bundled rule packs ({RULES_PACKAGE}) are not installed as a package directory")
+    root = Path(location).parent
     packs: dict[str, Path] = {}
     for entry in root.iterdir():
         if entry.name.endswith(".toml") and entry.is_file():
-            packs[entry.name.removesuffix(".toml")] = Path(str(entry))
+            packs[entry.name.removesuffix(".toml")] = entry
     return dict(sorted(packs.items()))
 
 
@@ -97,6 +102,21 @@ _PARSED: dict[bytes, dict[str, Any]] = {}
 
 
 def _read_toml(path: Path, what: str) -> dict[str, Any]:
+    """The file's data, the caller's own copy."""
+    return copy.deepcopy(_parsed_toml(path, what))
+
+
+def pack_table(path: Path) -> dict[str, Any]:
+    """The [pack] table of the pack file itself (name, priority, match), without reading
+    or merging what it extends: what auto-selection compares against a node."""
+    table = _parsed_toml(path, "rule pack").get("pack")
+    if not isinstance(table, dict):
+        raise RulesError(f"rule pack {path} has no [pack] table")
+    return copy.deepcopy(table)
+
+
+def _parsed_toml(path: Path, what: str) -> dict[str, Any]:
+    """The file's data as parsed once per run (shared: never modified by callers)."""
     # A pack decides how a node is graded: as root, one another user can change (a shadow
     # list that hides every check) is refused like an unsafe plugin directory.
     if running_as_root() and path.exists() and (reason := unsafe_path_reason(path)):
@@ -107,7 +127,7 @@ def _read_toml(path: Path, what: str) -> dict[str, Any]:
             raise RulesError(f"{what} {path} does not exist")
         if data not in _PARSED:
             _PARSED[data] = _without_retired(tomllib.loads(data.decode("utf-8")), path)
-        return copy.deepcopy(_PARSED[data])
+        return _PARSED[data]
     except UnicodeDecodeError as error:
         raise RulesError(f"{what} {path} is not UTF-8 text: {error}") from None
     except tomllib.TOMLDecodeError as error:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -16,6 +16,7 @@ from typing import Any
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Hca, Inventory, Port
 from netdoctor.inventory.queries import gpu_proximity
+from netdoctor.records import record
 from netdoctor.util import natural_key
 
 ROLES = ("compute", "storage", "management", "unused")
@@ -25,7 +26,7 @@ STRUCTURE_TABLES = ("pack", "grade", "port-classes")
 FLEET_TABLES = ("fleet-probe", "fleet-drift", "fleet-rails")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PortClass:
     """How a pack classes ports: the first class (in file order) whose match fields all hold wins.
 
@@ -90,7 +91,7 @@ def role_of(port_class: PortClass | None) -> str:
     return port_class.role if port_class is not None else "compute"
 
 
-@dataclass
+@record
 class RulePack:
     """The rule pack in force, after `extends` and site overrides."""
 

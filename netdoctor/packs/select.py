@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from netdoctor.packs.load import (
     RULES_PACKAGE,
     bundled_packs,
     load_pack,
+    pack_table,
     read_pack,
 )
 from netdoctor.packs.model import PortClass, RulePack
@@ -135,8 +136,11 @@ def _identity_reasons(match: Mapping[str, Any], inventory: Inventory) -> tuple[b
     return True, held
 
 
-def match_reasons(data: Mapping[str, Any], classes: list[PortClass], inventory: Inventory) -> tuple[bool, list[str]]:
-    """Whether a pack's `[pack.match]` holds for this inventory, and what held (or first failed)."""
+def match_reasons(data: Mapping[str, Any], classes: list[PortClass] | Callable[[], list[PortClass]],
+                  inventory: Inventory) -> tuple[bool, list[str]]:
+    """Whether a pack's `[pack.match]` holds for this inventory, and what held (or first failed).
+
+    `classes`: the pack's port classes, or what reads them when a `link_layer` match needs them."""
     match = data.get("pack", {}).get("match", {})
     holds, held = _identity_reasons(match, inventory)
     if not holds:
@@ -150,7 +154,7 @@ def match_reasons(data: Mapping[str, Any], classes: list[PortClass], inventory: 
         on_bus_only = [ca_type for ca_type in hit_types if ca_type not in rdma_types]
         held.append(f"HCA type {', '.join(hit_types)}" + (" (on the PCI bus, no RDMA device)" if on_bus_only else ""))
     if "link_layer" in match:
-        layers = _compute_link_layers(inventory, classes)
+        layers = _compute_link_layers(inventory, classes() if callable(classes) else classes)
         if not layers and not inventory.ports and inventory.pci_nics:
             # ConnectX functions without RDMA devices (mlx5_ib not loaded): no port tells the
             # link layer, and the node keeps its pack so that `inventory` names what is missing.
@@ -199,10 +203,13 @@ def _auto_select(inventory: Inventory | None) -> tuple[Path, str]:
         return packs[DEFAULT_PACK], "default (no inventory to match packs against)"
     candidates: list[tuple[int, str, list[str]]] = []
     for name, path in packs.items():
-        data, _files, classes = read_pack(path)
-        holds, reasons = match_reasons(data, classes, inventory)
+        # Only the pack's own [pack] table selects it; its merged port classes are read (the
+        # whole chain) only where the rest of the match held and it asks for the compute
+        # ports' link layer.
+        table = pack_table(path)
+        holds, reasons = match_reasons({"pack": table}, lambda path=path: read_pack(path)[2], inventory)
         if holds:
-            candidates.append((int(data["pack"].get("priority", 0)), name, reasons))
+            candidates.append((int(table.get("priority", 0)), name, reasons))
         else:
             log.debug("rule pack does not match", pack=name, reason="; ".join(reasons))
     if not candidates:

@@ -9,9 +9,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
+from netdoctor.records import record
 from netdoctor.vocabulary import LinkLayer, PhysState, PortState
 
 # CSI sequences (ESC [ ... letter): nvidia-smi underlines its header row when stdout is a tty.
@@ -60,7 +60,7 @@ def is_paste_noise(line: str) -> bool:
 
 # --- tool error screening -------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ToolError:
     line_number: int
     line: str

@@ -10,15 +10,15 @@ fi_getinfo fail with -FI_ENODATA, which fi_info prints on stderr as `fi_getinfo:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
 from netdoctor.parsers.common import is_paste_noise, numbered_lines, require_text, split_key_value
+from netdoctor.records import record
 
 SOURCE = "fi_info"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class FiProvider:
     """One record of `fi_info`'s short listing (util/info.c print_short_info)."""
 

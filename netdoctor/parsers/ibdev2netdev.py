@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
 from netdoctor.parsers.common import is_paste_noise, numbered_lines, require_text, screen_tool_errors
+from netdoctor.records import record
 
 SOURCE = "ibdev2netdev"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NetdevMapping:
     """One RDMA port and the netdev bound to it.
 

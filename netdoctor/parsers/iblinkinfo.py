@@ -7,9 +7,9 @@ by one precompiled, anchored regex without nested quantifiers.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
+from netdoctor.records import record
 from netdoctor.vocabulary import PhysState, PortState
 from netdoctor.parsers.common import (
     is_paste_noise,
@@ -24,7 +24,7 @@ from netdoctor.parsers.sysfs_values import IB_SPEED_LANE_GBPS, speed_name_from_l
 SOURCE = "iblinkinfo"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True, slots=True)
 class FabricLink:
     """One port of one fabric node and what it is cabled to.
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
 from netdoctor.logging import get_logger
+from netdoctor.records import record
 from netdoctor.vocabulary import LinkLayer, PhysState, PortState
 from netdoctor.parsers.common import (
     find_tool_errors,
@@ -28,7 +28,7 @@ log = get_logger(__name__)
 SOURCE = "ibstat"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IbstatPort:
     number: int
     state: PortState | None = None
@@ -42,7 +42,7 @@ class IbstatPort:
     link_layer: LinkLayer | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IbstatCa:
     name: str
     ca_type: str | None = None
@@ -54,7 +54,7 @@ class IbstatCa:
     ports: tuple[IbstatPort, ...] = ()
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IbstatOutput:
     """Everything ibstat said: the CA records, and the error lines that followed them.
 

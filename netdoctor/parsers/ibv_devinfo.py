@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
+from netdoctor.records import record
 from netdoctor.vocabulary import LinkLayer, LinkRate, PhysState, PortState
 from netdoctor.parsers.common import (
     is_paste_noise,
@@ -25,7 +25,7 @@ from netdoctor.parsers.sysfs_values import rate_from_lanes
 SOURCE = "ibv_devinfo"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IbvPort:
     number: int
     state: PortState | None = None
@@ -44,7 +44,7 @@ class IbvPort:
     gids: tuple[tuple[int, str, str | None], ...] = ()   # (index, gid, "RoCE v2" or None)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IbvDevice:
     hca_id: str
     transport: str | None = None

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from netdoctor.errors import ParseError
 from netdoctor.parsers.common import require_text
+from netdoctor.records import record
 
 SOURCE = "ip-j-addr"
 _MAX_INTERFACES = 16384            # a Kubernetes node with thousands of veths stays bounded
@@ -22,7 +22,7 @@ _MAX_ADDRESSES = 256               # per interface
 _MAX_NAME = 64                     # IFNAMSIZ is 16; altnames up to 128
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class InterfaceAddresses:
     name: str                          # `ibp24s0`
     operstate: str | None              # lower case: up | down | unknown | lowerlayerdown ...

@@ -36,11 +36,11 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from netdoctor.errors import ParseError
 from netdoctor.parsers.common import require_text
+from netdoctor.records import record
 from netdoctor.util import canonical_pci_address
 from netdoctor.vocabulary import RECOVERY_ACTIONS, KernelEventKind
 
@@ -78,7 +78,7 @@ _AER = re.compile(r"AER: (?:Multiple )?(Corrected|Uncorrected \((?:Non-Fatal|Fat
                   r"([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d)")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelLogLine:
     """One event line: its kind, what it is about, its time (UTC, or seconds since boot)."""
 
@@ -91,7 +91,7 @@ class KernelLogLine:
     message: str = ""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RecoveryAction:
     """What an Xid 154 line says the driver's recovery action changed to."""
 
@@ -100,7 +100,7 @@ class RecoveryAction:
     words: str                      # the driver's own words (`Node Reboot Required`)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Nvlink5Fault:
     """What a Blackwell NVLink5 Xid line (144-150) says: the unit, fatal or not, the link."""
 
@@ -109,7 +109,7 @@ class Nvlink5Fault:
     link: int | None                # `Link 13`; -1 where the driver names no single link; None: not logged
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KernelLogLines:
     events: tuple[KernelLogLine, ...]
     first_time: datetime | None         # the earliest ISO line: how far back the log reaches
@@ -176,8 +176,9 @@ def _time_of(line: str) -> tuple[datetime | None, float | None, int]:
 
 
 def _iso(date_time: str, fraction: str | None, zone: str | None) -> datetime | None:
-    try:
-        moment = datetime.strptime(date_time, "%Y-%m-%dT%H:%M:%S")
+    try:   # YYYY-MM-DDTHH:MM:SS (the pattern's shape); not strptime, whose import is ~3 ms of every run
+        moment = datetime(int(date_time[0:4]), int(date_time[5:7]), int(date_time[8:10]),
+                          int(date_time[11:13]), int(date_time[14:16]), int(date_time[17:19]))
     except ValueError:
         return None
     if fraction:

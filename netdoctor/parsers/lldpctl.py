@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from netdoctor.errors import ParseError
 from netdoctor.parsers.common import require_text
+from netdoctor.records import record
 
 SOURCE = "lldpctl-json"
 _MAX_CHARS = 128
 _MAX_INTERFACES = 4096
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LldpNeighbor:
     """The first neighbour lldpd lists on one local interface."""
 

@@ -18,10 +18,10 @@ and the facts stay unknown. Blocks start at an unindented `ADDR description` lin
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.errors import ParseError
 from netdoctor.parsers.pci_config import ACS_FLAG_NAMES, AcsControl
+from netdoctor.records import record
 from netdoctor.util import canonical_pci_address
 
 _HEADER = re.compile(r"^(?P<address>(?:[0-9a-fA-F]{4,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<description>.*)$")
@@ -42,7 +42,7 @@ _PORT_TYPES = {
 }
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LspciFunction:
     address: str                   # canonical `0000:17:00.0`
     description: str               # `PCI bridge: PLX Technology, Inc. PEX 8747 ...`

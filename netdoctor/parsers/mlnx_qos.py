@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from netdoctor.errors import NothingToParse, ParseError
 from netdoctor.parsers.common import is_paste_noise, numbered_lines, require_text, screen_tool_errors
+from netdoctor.records import record
 
 SOURCE = "mlnx_qos"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TrafficClass:
     tc: int
     tsa: str | None                      # vendor (default, no ETS) | ets | strict
@@ -20,7 +21,7 @@ class TrafficClass:
     ratelimit: str | None = None         # `unlimited` or e.g. `10.0 Gbps`
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MlnxQos:
     """QoS state of one netdev as mlnx_qos shows it (plus ECN lines of wrapper scripts).
 

@@ -38,10 +38,10 @@ none either; either Link counter may be missing: every field is optional.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
 from netdoctor.parsers.common import numbered_lines, require_text, screen_tool_errors
+from netdoctor.records import record
 
 SOURCE = "mlxlink"
 COUNTERS_SECTION = "Physical Counters and BER Info"
@@ -54,7 +54,7 @@ _WIDTH = re.compile(r"(?P<lanes>[0-9]{1,2})x", re.IGNORECASE)
 _MESSAGE = re.compile(r"^-[EWI]-\s")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PhyCounters:
     """One port's physical layer. BERs are floats (0.0 where nothing was counted); None: not printed or N/A."""
 

@@ -1,9 +1,8 @@
 """Parser for NCCL's own debug output (`NCCL_DEBUG=INFO`): version, transports, GDR, channels.
 
-Pure: text in, frozen dataclasses out. NCCL lines interleave arbitrarily between threads
-and ranks, and share a stream with other output (nccl-tests tables, a worker's own lines),
-so `split_log_lines` first separates NCCL's lines from the rest (the nccl-tests parser,
-netdoctor.parsers.nccl_tests, uses it too).
+Pure: text in, frozen records out. NCCL lines interleave arbitrarily between threads and
+ranks, and share a stream with other output (nccl-tests tables, a worker's own lines), so
+`split_log_lines` first separates NCCL's lines from the rest (netdoctor.parsers.nccl_tests too).
 
 Cloud network plugins are read too: AWS's aws-ofi-nccl (`Using network AWS Libfabric` up to
 plugin 1.11, `Libfabric` from 1.13; `NET/OFI` lines), GCP's GPUDirect-TCPX
@@ -14,9 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from netdoctor.errors import NothingToParse
+from netdoctor.records import record
 
 # `host:pid:tid [dev] [file.cc:line] NCCL LEVEL message`; the location part appears on WARN
 # lines. nccl-tests rows may have the prefix glued to their end (`... -1mew0:65704:...`),
@@ -33,7 +33,7 @@ _BARE = re.compile(rf"^\s*(?:\[(?P<device>\d+)\] )?(?:(?P<location>{_SIGNATURE}|
                    r"NCCL (?P<level>INFO|WARN|TRACE|ABORT) (?P<message>.*)$")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LogLine:
     line_number: int                 # 1-based, of the physical line where the message starts
     level: str                       # INFO | WARN | TRACE | ABORT
@@ -44,7 +44,7 @@ class LogLine:
     location: str | None = None      # `transport/net_ib.cc:1296` on WARN lines
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ChannelConnection:
     """`Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer/read` (or old `Ring 00 : 3 -> 10 ...`)."""
 
@@ -75,7 +75,7 @@ class ChannelConnection:
         return any(part.startswith("GDRDMA") for part in self.via.split("/"))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NetDevice:
     """One entry of `NET/IB : Using [0]mlx5_0:1/IB ...` or `NET/Socket : Using [0]eth0:10.0.0.23<0>`."""
 
@@ -87,7 +87,7 @@ class NetDevice:
     address: str | None = None       # socket plugins: the IP address
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GdrState:
     """`NET/IB : GPU Direct RDMA Enabled|Disabled for HCA 0 'mlx5_0'`, or the per-GPU form
     `GPU Direct RDMA Disabled for GPU 2[2] / HCA 0 (distance 3 >= 2)` (device name unknown: "")."""
@@ -99,7 +99,7 @@ class GdrState:
     host: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CollNetConnection:
     """`CollNet 00/0 : 0 [receive] via COLLNET/SHARP/1/GDRDMA`: in-network reduction (SHARP) in use."""
 
@@ -109,7 +109,7 @@ class CollNetConnection:
     host: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SearchedGraph:
     """`Pattern 4, crossNic 0, nChannels 12, bw 30.000000/30.000000, type NVL/PIX, sameChannels 1`."""
 
@@ -120,7 +120,7 @@ class SearchedGraph:
     path_type: str                   # NVL/PIX, PHB/PIX, SYS/PIX, ...
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NcclLogFacts:
     version: str | None = None                   # 2.28.9+cuda13.0
     cuda_driver_version: int | None = None

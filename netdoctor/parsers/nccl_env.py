@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from netdoctor.errors import ParseError
+from netdoctor.records import record
 from netdoctor.vocabulary import NCCL_ETC_CONF, nccl_env_kept
 
 # Engineering defaults (not thresholds): what is kept of a hostile or runaway setting.
@@ -33,14 +34,14 @@ MAX_DEVICE_ENTRIES = 256
 MAX_IGNORED_LINES = 256
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Setting:
     name: str
     value: str
     origin: str                      # "environment" or the config file's path
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IgnoredLine:
     """A config-file line NCCL does not apply as its author meant."""
 
@@ -50,13 +51,13 @@ class IgnoredLine:
     why: str
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DeviceEntry:
     name: str                        # a prefix unless the list is exact
     port: int | None = None          # `:1`; None: any port
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class DeviceFilter:
     """A parsed `NCCL_IB_HCA` / `NCCL_SOCKET_IFNAME` value."""
 
@@ -81,7 +82,7 @@ class DeviceFilter:
         return matched != self.exclude
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NcclSettings:
     """The settings in force (name -> Setting), what was captured, and lines NCCL would not apply."""
 

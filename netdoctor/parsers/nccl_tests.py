@@ -8,13 +8,13 @@ lines printed in the middle of them, so the NCCL log lines are taken out first
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
 from netdoctor.parsers.nccl import split_log_lines
+from netdoctor.records import record
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Measurement:
     """One half of a result row: out-of-place or in-place."""
 
@@ -25,7 +25,7 @@ class Measurement:
     error: float | None = None       # old format's `error` column (max error), None for `N/A`
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NcclTestsRow:
     size: int                        # bytes
     count: int | None
@@ -37,7 +37,7 @@ class NcclTestsRow:
     line_number: int
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NcclTestsRun:
     collective: str | None           # all_reduce_perf (from `Collective test starting`), if printed
     threads: int | None

@@ -41,10 +41,11 @@ The starred node is `local`; an empty `Version:` is None.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from netdoctor.errors import ParseError
 from netdoctor.parsers.common import decimal_or_none, numbered_lines, require_text, screen_tool_errors
+from netdoctor.records import record
 
 SOURCE = "nvidia-imex-ctl -N"
 _LEGEND = "Connectivity Table Legend:"
@@ -61,7 +62,7 @@ _DOMAIN_STATE = re.compile(r"^\s*Domain State\s*:\s*(\S*)\s*$")
 _IMEX_ERRORS = (("Failed to read node configuration file", "IMEX is not configured on this node"),)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ImexNode:
     """One `Node #N - ADDRESS - STATUS - Version: V` line."""
 
@@ -76,7 +77,7 @@ class ImexNode:
         return self.status.split(" ", 1)[0] == "READY"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ImexDomain:
     """The domain: its nodes, the connection matrix (from -> to -> letter: C connected, N never
     connected, ...), and `Domain State`."""

@@ -14,24 +14,24 @@ no per-link facts.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.errors import ParseError
 from netdoctor.parsers.common import numbered_lines
+from netdoctor.records import record
 
 SOURCE = "nvidia-smi nvlink -s"
 _GPU = re.compile(r"^GPU (\d+): (.*?)(?: \(UUID: ([^)]*)\))?\s*$")
 _LINK = re.compile(r"^\s*Link (\d+): (?:(\d+(?:\.\d+)?) GB/s|<inactive>)\s*$")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class NvlinkStatus:
     link: int
     active: bool
     speed_gbs: float | None          # GB/s per direction as printed; None when inactive
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuNvlinks:
     index: int
     name: str

@@ -32,10 +32,10 @@ NVML_ERROR_INSUFFICIENT_RESOURCES, nvml.json's `error 23`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.errors import ParseError
 from netdoctor.parsers.common import decimal_or_none, numbered_lines, require_text, screen_tool_errors
+from netdoctor.records import record
 from netdoctor.util import canonical_pci_address
 from netdoctor.vocabulary import RECOVERY_ACTIONS
 
@@ -64,7 +64,7 @@ _PEER_TYPES = {"SWITCH_CONNECTED": "switch_connected", "DIRECT_CONNECTED": "dire
 _RECOVERY = {name.upper(): name for name in RECOVERY_ACTIONS.values()} | {"RESET": "gpu_reset", "REBOOT": "node_reboot"}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SmiFabric:
     """The `Fabric` section in nvml.json's words; None where nvidia-smi printed N/A or nothing."""
 
@@ -81,7 +81,7 @@ class SmiFabric:
     partition_assigned: bool | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SmiPlatform:
     """The `Platform Info` section (NVL72 trays; N/A elsewhere)."""
 
@@ -100,7 +100,7 @@ class SmiPlatform:
                                                    self.host_id, self.peer_type))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SmiGpu:
     pci_address: str | None          # canonical, from the `GPU 00000008:06:00.0` header
     name: str | None = None
@@ -110,7 +110,7 @@ class SmiGpu:
     recovery_action: str | None = None   # RECOVERY_ACTIONS' words; an unknown one as printed, snake case
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SmiQuery:
     driver_version: str | None
     gpus: tuple[SmiGpu, ...]

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from netdoctor.errors import NothingToParse, ParseError
+from netdoctor.records import record
 from netdoctor.vocabulary import Topology
 from netdoctor.parsers.common import (
     decimal_or_none,
@@ -31,7 +32,7 @@ _CPU_LIST = re.compile(r"\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*")
 _COMMAND_ECHO = re.compile(r"^\s*nvidia-smi\s+topo\b[^\t]*$")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class TopoMatrix:
     """The whole `topo -m` table: the Topology plus what Topology has no field for: the
     `GPU NUMA ID` column (newer drivers; None where printed `N/A` or not printed) and every

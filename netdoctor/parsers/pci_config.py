@@ -11,9 +11,9 @@ Only root reads the whole space: an unprivileged read of sysfs `config` returns 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from netdoctor.errors import ParseError
+from netdoctor.records import record
 
 PCIE_CAPABILITY_ID = 0x10
 ACS_EXTENDED_ID = 0x000D
@@ -38,7 +38,7 @@ PORT_TYPES = {
 ACS_FLAG_NAMES = ("SrcValid", "TransBlk", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl", "DirectTrans")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AcsControl:
     """The ACS Control register: which ACS features are on (bit order as ACS_FLAG_NAMES)."""
 
@@ -61,7 +61,7 @@ class AcsControl:
         return cls(sum(1 << index for index, name in enumerate(ACS_FLAG_NAMES) if flags.get(name)))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PciCapabilities:
     """What one function's config space says. None: not known (the bytes were not there)."""
 

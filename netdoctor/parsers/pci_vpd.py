@@ -23,9 +23,10 @@ The kernel's `vpd` file is root-only (the same guide asks for read permission on
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from netdoctor.errors import ParseError
+from netdoctor.records import record
 
 SOURCE = "pci vpd"
 IDENTIFIER_TAG = 0x82
@@ -37,7 +38,7 @@ SWITCH_MANAGEMENT_TOKEN = "SW_MNG"
 _TOKEN = re.compile(rf"(?<![A-Za-z0-9_]){SWITCH_MANAGEMENT_TOKEN}(?![A-Za-z0-9_])")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PciVpd:
     """A function's VPD: its product name and keyword fields (`RV`/`RW` left out)."""
 

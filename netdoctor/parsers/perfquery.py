@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from netdoctor.errors import NothingToParse, ParseError
 from netdoctor.parsers.common import is_paste_noise, numbered_lines, require_text, screen_tool_errors
+from netdoctor.records import record
 
 SOURCE = "perfquery"
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PerfqueryBlock:
     """One counter block: `kind` is "basic", "extended", "rcv-error" or, for other
     perfquery selections, the header's name in lower case with dashes

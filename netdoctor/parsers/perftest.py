@@ -13,10 +13,10 @@ is the one to read. Without `--report_gbits` the unit is MB/sec, converted here.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.errors import NothingToParse, ParseError
 from netdoctor.parsers.common import decimal_or_none
+from netdoctor.records import record
 
 _HEADER = re.compile(r"^\s*#bytes\s+#iterations\s+BW peak\[(Gb|MB|MiB)/sec\]\s+BW average\[(?:Gb|MB|MiB)/sec\]")
 _ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\d+(?:\.\d+)?)\s+(\d+(?:\.\d+)?)(?:\s+(\d+(?:\.\d+)?))?\s*$")
@@ -25,7 +25,7 @@ _SETTING = re.compile(r"^\s*([A-Za-z][\w .*/-]*?)\s*:\s*(\S[^\t]*?)\s*$")
 _TO_GBITS = {"Gb": 1.0, "MB": 8 * 1048576 / 1e9, "MiB": 8 * 1048576 / 1e9}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PerftestRow:
     bytes: int
     iterations: int
@@ -34,7 +34,7 @@ class PerftestRow:
     message_rate_mpps: float | None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PerftestRun:
     test: str | None          # "RDMA_Write BW Test"
     device: str | None

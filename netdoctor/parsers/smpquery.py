@@ -14,7 +14,6 @@ dots, the description, dots and description filling 32 characters (one dot when 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.errors import ParseError
 from netdoctor.parsers.common import (
@@ -24,6 +23,7 @@ from netdoctor.parsers.common import (
     require_text,
     screen_tool_errors,
 )
+from netdoctor.records import record
 
 NODEINFO_SOURCE = "smpquery-nodeinfo"
 NODEDESC_SOURCE = "smpquery-nodedesc"
@@ -40,7 +40,7 @@ _NODEDESC = re.compile(r"^Node ?Description:(?P<rest>.*)$", re.IGNORECASE)
 _NUMBER = re.compile(r"^\d{1,5}$")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SmpNodeInfo:
     """NodeInfo of the node a query reached. GUIDs as `0x` + 16 lower-case hex digits."""
 

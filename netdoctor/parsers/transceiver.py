@@ -15,16 +15,16 @@ modules report.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.errors import ParseError
+from netdoctor.records import record
 
 NO_LIGHT_DBM = -40.0
 _RANGE = re.compile(r"^(?P<values>.*?)\s*\[(?P<low>-?[\d.]+)\.\.(?P<high>-?[\d.]+)\]\s*$")
 _NUMBER = re.compile(r"-?(?:\d+(?:\.\d+)?|inf)", re.IGNORECASE)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModuleReading:
     """One quantity: a value per lane (one for temperature and voltage) and the module's limits."""
 
@@ -35,7 +35,7 @@ class ModuleReading:
     warning_high: float | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ModuleDiagnostics:
     source: str                                  # mlxlink | ethtool
     identifier: str | None = None                # OSFP, QSFP28, SFP

@@ -9,10 +9,10 @@ driver to the build.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from netdoctor.errors import ParseError
 from netdoctor.parsers.common import is_paste_noise, numbered_lines, require_text, screen_tool_errors
+from netdoctor.records import record
 
 OFED_SOURCE = "ofed_info-s"
 FABRIC_MANAGER_SOURCE = "nv-fabricmanager-version"
@@ -25,7 +25,7 @@ _OFED = re.compile(r"^(?P<distribution>[A-Za-z][A-Za-z0-9_.+-]*?)-(?P<version>\d
 _FABRIC_MANAGER = re.compile(r"^Fabric Manager version is\s*:\s*(?P<version>\d[\w.+-]*)\s*$")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OfedVersion:
     """`ofed_info -s`: distribution `MLNX_OFED_LINUX` (or `OFED-internal`, DOCA's), version `23.10-1.1.9.0`."""
 

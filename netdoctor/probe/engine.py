@@ -17,7 +17,6 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
@@ -31,6 +30,7 @@ from netdoctor.logging import get_logger
 from netdoctor.parsers.nccl import NcclLogFacts, parse_nccl_log
 from netdoctor.probe.expectation import GpuLinks, nvlink_version_name
 from netdoctor.probe.result import MIN_PROBE_BUDGET_S, ProbeRequest, ProbeResult, Transport
+from netdoctor.records import record
 
 log = get_logger(__name__)
 
@@ -63,7 +63,7 @@ class ProbeEngine(Protocol):
     def run(self, request: ProbeRequest) -> ProbeResult: ...
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class WorkerRun:
     """How one engine process ended."""
 

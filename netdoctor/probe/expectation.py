@@ -25,8 +25,8 @@ link), and efficiency and HALF_SIZE are calibrated from measurements:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from netdoctor.records import record
 from netdoctor.vocabulary import NVML_NVLINK_VERSIONS
 
 MIB = 1 << 20
@@ -54,7 +54,7 @@ _PCIE_LANE = {1: (2.5, 0.8), 2: (5.0, 0.8), 3: (8.0, 128 / 130), 4: (16.0, 128 /
               6: (64.0, 242 / 256)}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class GpuLinks:
     """What the model needs of one GPU."""
 
@@ -68,7 +68,7 @@ class GpuLinks:
     pcie_width: int | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Expectation:
     busbw_gbps: float | None                # None: no model applies (reason says why)
     interconnect: str                       # "NVLink" | "PCIe" | "unknown"

@@ -25,7 +25,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from netdoctor.parsers.nccl import parse_nccl_log
 from netdoctor.parsers.perftest import parse_perftest_bw
 from netdoctor.probe import engine
 from netdoctor.probe.engine import MIB, worker_script
+from netdoctor.records import record
 
 # One message size, fixed iterations: both processes must run the same number of
 # collectives (iterations picked by each side's own timing could differ and hang NCCL).
@@ -47,7 +48,7 @@ MIN_RAIL_BUDGET_S = 3.0          # worker start + NCCL init (~1.5 s) + the trans
 PERFTEST_SECONDS = 2
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Rail:
     """One compute port to push traffic through, and the GPU whose memory it uses."""
 
@@ -59,7 +60,7 @@ class Rail:
     rate_gbps: float | None      # the port's line rate
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RailResult:
     port: str
     gpu: int
@@ -77,7 +78,7 @@ class RailResult:
         return {key: value for key, value in self.__dict__.items() if value not in (None, "", ())}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LoopbackResult:
     engine: str | None
     rails: tuple[RailResult, ...] = ()
@@ -92,7 +93,7 @@ class LoopbackResult:
                 **({"skipped": self.skipped} if self.skipped else {})}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LoopbackRequest:
     rails: tuple[Rail, ...]
     budget_s: float

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, field, fields
 from typing import Any
 
 from netdoctor.probe.expectation import GpuLinks
+from netdoctor.records import record
 
 # Outcomes (ProbeResult.status) and the reason codes that say "nothing to probe here":
 # on them a node is graded as GPU-less (skip), whatever else the result says.
@@ -70,7 +71,7 @@ class ProbeCancelled(Exception):
     """The pipeline no longer wants a probe it started early (LaterFacts.cancel)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProbeRequest:
     """One probe run as the pipeline asks for it.
 
@@ -92,7 +93,7 @@ class ProbeRequest:
     later: LaterFacts | None = field(default=None, compare=False)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SizeRow:
     """One message size measured: time, algorithm and bus bandwidth, verification."""
 
@@ -120,7 +121,7 @@ class SizeRow:
                    wrong_elements=data.get("wrong_elements"))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class LocalisationRow:
     """One localisation run: a GPU's host<->device copy (`copy`) or a neighbour pair's all-reduce (`pair`)."""
 
@@ -145,7 +146,7 @@ class LocalisationRow:
                    verified=data.get("verified"), skipped=data.get("skipped"))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Transport:
     """How NCCL carried the traffic, from its own log."""
 
@@ -175,7 +176,7 @@ def _gpu_links(entry: Mapping[str, Any]) -> GpuLinks:
     return GpuLinks(**{item.name: entry.get(item.name) for item in fields(GpuLinks)})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProbeDevice:
     """A GPU as CUDA named it to the worker."""
 
@@ -187,7 +188,7 @@ class ProbeDevice:
         return {"index": self.index, "name": self.name, "pci_bus_id": self.pci_bus_id}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProbeResult:
     """One probe run, whatever its outcome (docs/probe.md lists the fields)."""
 
@@ -277,7 +278,7 @@ class ProbeResult:
             worker_s=data.get("worker_s"))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ProbeNotRun:
     """The pipeline did not run the probe (`unknown=False`: not wanted or not applicable,
     the probe checks skip) or got no result from it (`unknown=True`: a hang, a crash, no

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from netdoctor.records import record
 from netdoctor.vocabulary import StrEnum
 
 
@@ -33,7 +34,7 @@ _EXIT_CODES = {Grade.PASS: 0, Grade.WARN: 1, Grade.FAIL: 2, Grade.UNKNOWN: 3}
 STATUS_SEVERITY = {Status.FAIL: 4, Status.UNKNOWN: 3, Status.WARN: 2, Status.PASS: 1, Status.SKIP: 0}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Finding:
     """One judgement of one subject by one check.
 
@@ -89,7 +90,7 @@ def grade_of(findings: list[Finding], required_checks: frozenset[str] | set[str]
     return grade
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CheckOutcome:
     """How one check ran: its worst status, how long it took, whether the pack requires it."""
 
@@ -100,7 +101,7 @@ class CheckOutcome:
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MetricSample:
     """One measured value for dashboards (`--format prometheus`): a metric family's name, its
     bounded labels (device, port, lane, counter; never a sentence) and the value in the
@@ -111,7 +112,7 @@ class MetricSample:
     value: float
 
 
-@dataclass
+@record
 class Report:
     host: str
     grade: Grade

@@ -18,8 +18,9 @@ import re
 import shutil
 import textwrap
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 
+from netdoctor.records import record
 from netdoctor.report.model import STATUS_SEVERITY, Finding, Grade, Report, Status
 from netdoctor.textsafe import safe_text
 
@@ -117,7 +118,7 @@ def _template(text: str, subject: str) -> str:
     return text
 
 
-@dataclass
+@record
 class _Group:
     status: Status
     check: str
@@ -185,7 +186,7 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-@dataclass
+@record
 class _Unjudged:
     """The checks that gave no verdict, by why: nothing to judge here, not run, could not judge."""
 

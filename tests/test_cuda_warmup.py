@@ -1,0 +1,46 @@
+"""A live run starts cuInit at once where the NVIDIA driver has GPUs (netdoctor.host.cuda_warmup)."""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+
+import pytest
+
+from netdoctor.host import cuda_warmup
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cuda_warmup, "_started", False)
+
+
+def test_no_driver_no_warm_up(tmp_path: Path) -> None:
+    assert cuda_warmup.start_cuda_init(gpus_dir=str(tmp_path / "absent")) is False
+    (tmp_path / "gpus").mkdir()
+    assert cuda_warmup.start_cuda_init(gpus_dir=str(tmp_path / "gpus")) is False      # a driver without GPUs
+
+
+def test_cuinit_once_per_process_in_a_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "gpus" / "0000:18:00.0").mkdir(parents=True)
+    called = threading.Event()
+    names: list[str] = []
+
+    class FakeLibrary:
+        def cuInit(self, flags: ctypes.c_uint) -> int:  # noqa: N802 - the driver's name
+            names.append(threading.current_thread().name)
+            called.set()
+            return 0
+
+    monkeypatch.setattr(cuda_warmup.ctypes, "CDLL", lambda name: FakeLibrary())
+    assert cuda_warmup.start_cuda_init(gpus_dir=str(tmp_path / "gpus")) is True
+    assert called.wait(10)
+    assert cuda_warmup.start_cuda_init(gpus_dir=str(tmp_path / "gpus")) is False
+    assert names == ["netdoctor-cuinit"]
+
+
+def test_a_missing_libcuda_is_left_to_the_nvml_read(tmp_path: Path) -> None:
+    (tmp_path / "gpus" / "0000:18:00.0").mkdir(parents=True)
+    assert cuda_warmup.start_cuda_init("libcuda-netdoctor-absent.so.1", gpus_dir=str(tmp_path / "gpus")) is True
+    cuda_warmup._cuda_init("libcuda-netdoctor-absent.so.1")      # no exception, nothing to say
