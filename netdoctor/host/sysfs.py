@@ -284,8 +284,8 @@ class RootedSysTree:
         """Raw content of a regular file; None if absent, unreadable or over MAX_READ_BYTES."""
         # Most reads are a plain name in a directory already resolved (a port's seventy counters):
         # opened without following links; a name that is a link (ELOOP) is resolved below.
-        full = self._in_resolved_directory(path) if self.recording is None else None
-        data = self._read_file(full, path) if full is not None else _FINAL_LINK
+        plain = self._plain_name(path) if self.recording is None else None
+        data = self._read_file(self._full([*plain[0].physical, plain[1]]), path) if plain else _FINAL_LINK
         if data is not _FINAL_LINK:
             return data       # type: ignore[return-value]
         resolution = self._resolve(path)
@@ -302,13 +302,14 @@ class RootedSysTree:
                 log.debug("sys read not recordable in a snapshot", path=path)
         return data                   # type: ignore[return-value]
 
-    def _in_resolved_directory(self, path: str) -> str | None:
-        """The full path of `path`, a plain name in a resolved directory; None otherwise."""
+    def _plain_name(self, path: str) -> tuple[_Resolution, str] | None:
+        """(its directory resolved, kept: not to be changed; its last name) for a `path` ending
+        in a plain name; None for the root or `..`, or a directory that leaves the root."""
         parts = _user_parts(path)
         if not parts or parts[-1] == "..":
             return None
         directory = self._resolve_directory(tuple(parts[:-1]), path)
-        return None if directory is None else self._full([*directory.physical, parts[-1]])
+        return None if directory is None else (directory, parts[-1])
 
     def _read_file(self, full: str, path: str) -> bytes | object | None:
         """The regular file at `full`, never following a link (_FINAL_LINK when it is one)."""
@@ -422,13 +423,10 @@ class RootedSysTree:
 
     def link_name(self, path: str) -> str | None:
         """Basename of a symlink's target (`class/infiniband/mlx5_0/device` -> `0000:18:00.0`)."""
-        parts = _user_parts(path)
-        if not parts or parts[-1] == "..":
+        plain = self._plain_name(path)
+        if plain is None:
             return None
-        resolution = self._resolve("/".join(parts[:-1]))
-        if resolution is None:
-            return None
-        name = parts[-1]
+        resolution, name = plain
         full = self._full(resolution.physical + [name])
         try:
             target_text = os.readlink(full)
