@@ -51,7 +51,7 @@ _TASK_LABEL = re.compile(r"^ *(?P<task>\d{1,9}): ")
 # After the `}` that closes an object printed with indent=0, an inner one is followed by
 # one of these; anything else after a `}` at column 0 may end the report.
 _INNER_CLOSE = (",", "]", "}")
-_GUESS_SLACK = 2048   # how far around the last block's length a block's close is looked for first (`_take_block`)
+_GUESS_SLACK = 2048   # how far around the last block's length a block's close is looked for first (`_take_block`; engineering default)
 
 
 class CollectorObserver(Protocol):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from netdoctor.host.files import read_regular
 
-# entry_points.txt is a few lines; a larger one is read all the same by importlib.metadata.
+# entry_points.txt is a few lines; a larger one is left to importlib.metadata (engineering default).
 MAX_ENTRY_POINTS_BYTES = 1024 * 1024
 METADATA_SUFFIXES = (".dist-info", ".egg-info")
 

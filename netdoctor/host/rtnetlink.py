@@ -29,7 +29,7 @@ _HEADER = struct.Struct("=IHHII")         # nlmsghdr: length, type, flags, seque
 _IFINFO = struct.Struct("=BxHiII")        # ifinfomsg: family, pad, type, index, flags, change
 _ATTRIBUTE = struct.Struct("=HH")         # rtattr: length, type
 _NLA_TYPE_MASK = 0x3FFF                   # without NLA_F_NESTED / NLA_F_NET_BYTEORDER
-# A dump of a few hundred interfaces is a few hundred KiB; past this it is not trusted.
+# A dump of a few hundred interfaces is a few hundred KiB; past this it is not trusted (engineering default).
 MAX_DUMP_BYTES = 64 * 1024 * 1024
 
 
