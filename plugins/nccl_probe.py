@@ -20,6 +20,7 @@ from typing import Any
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory
+from netdoctor.inventory.visibility import HIDING_STATES, STATE_TEXT, device_node_state
 from netdoctor.probe.expectation import GpuLinks, expected_busbw, nvlink_version_name, size_text
 from netdoctor.probe.result import LocalisationRow, ProbeResult
 from netdoctor.report.model import STATUS_SEVERITY
@@ -31,8 +32,30 @@ SLOW_REMEDY = ("compare with `nvidia-smi topo -m` and `nvidia-smi nvlink -s`; ch
 TIMEOUT_REMEDY = ("drain the node; look for a stuck GPU (`nvidia-smi`, Xid errors in `dmesg`), "
                   "then reset the GPUs or reboot")
 WRONG_REMEDY = "drain the node: an all-reduce gave a wrong sum; check `dmesg` for Xid errors and run GPU diagnostics"
+# What CUDA says on a node without usable GPUs. Discovery found GPUs whenever the probe ran
+# (traffic.run_allreduce), so here they are GPUs CUDA cannot open.
+CUDA_BLIND = frozenset({"no-driver", "no-gpus"})
 _SKIP_REMEDY = {"no-nccl": "install NCCL: `pip install netdoctor[probe]` or the system libnccl2 package",
                 "no-nccl-tests": "put nccl-tests' all_reduce_perf on PATH, or use `--engine nccl`"}
+
+
+def _cuda_blind(ctx: CheckContext, reason: str, base: dict[str, Any]) -> Finding:
+    """GPUs discovery found that CUDA cannot open: nothing measured on a node that has GPUs, never
+    a pass (gpu-driver judges the driver); a skip only where this process is denied every one of
+    them on purpose (a container or job step without them), as gpu-driver skips them."""
+    gpus = ctx.inventory.gpus
+    states = {device_node_state(ctx.inventory, gpu.pci_address or "") for gpu in gpus}
+    if states and states <= set(HIDING_STATES):
+        why = " / ".join(STATE_TEXT[state] for state in HIDING_STATES if state in states)
+        return ctx.skip("node", f"the {len(gpus)} NVIDIA GPU(s) are hidden from this process ({why}): "
+                        f"nothing to probe here ({reason})", evidence=base)
+    address = next((gpu.pci_address for gpu in gpus if gpu.pci_address), None)
+    bound = f"`lspci -k -s {address}` names the driver each GPU is bound to; " if address else ""
+    return ctx.unknown("node", f"{len(gpus)} NVIDIA GPU(s) on this node, but CUDA cannot use them: {reason}",
+                       evidence=base,
+                       remedy=f"{bound}load the NVIDIA driver (`modprobe nvidia`; `dmesg` names NVRM errors) and "
+                              "leave the GPUs visible where netdoctor runs (CUDA_VISIBLE_DEVICES unset; in "
+                              "containers, the NVIDIA container runtime)")
 
 
 def _budget_remedy(probe: ProbeResult) -> str:
@@ -114,7 +137,9 @@ def nccl_probe(ctx: CheckContext) -> Iterator[Finding]:
     base = {"nccl_version": probe.nccl_version, "engine": probe.engine, "gpus": list(probe.gpus),
             "duration_s": probe.duration_s}
     if status == "skipped":
-        if probe.not_applicable:
+        if probe.reason_code in CUDA_BLIND and ctx.inventory.gpus:
+            yield _cuda_blind(ctx, reason, base)
+        elif probe.not_applicable:
             yield ctx.skip("node", reason, evidence=base)
         else:
             yield ctx.unknown("node", reason, evidence=base,

@@ -12,7 +12,7 @@ import pytest
 
 from netdoctor.checks.engine import run_checks
 from netdoctor.checks.registry import Registry
-from netdoctor.inventory.model import Gpu, Inventory, PcieLink, Topology
+from netdoctor.inventory.model import Gpu, Inventory, PcieLink, ProcessVisibility, Topology
 from netdoctor.probe.result import ProbeNotRun, ProbeResult
 from netdoctor.report.model import Finding, Status
 from netdoctor_plugins.nccl_probe import gpu_links, nccl_probe
@@ -131,6 +131,30 @@ def test_not_run_and_runner_shapes_are_judged_by_the_needs_gate() -> None:
     assert error.status is Status.UNKNOWN and "9.0 s" in error.summary
     [passed] = judge_gated(recorded("probe-report.json"))
     assert passed.status is Status.PASS
+
+
+@pytest.mark.parametrize(("device_nodes", "status"), [
+    (None, Status.UNKNOWN),                                         # nothing recorded: never a pass
+    ({"0000:00:06.0": "ok", "0000:00:07.0": "ok"}, Status.UNKNOWN),  # opened here: CUDA should see them
+    ({"0000:00:06.0": "absent", "0000:00:07.0": "denied"}, Status.SKIP),   # hidden on purpose
+    ({"0000:00:06.0": "absent", "0000:00:07.0": "ok"}, Status.UNKNOWN),
+])
+def test_gpus_cuda_cannot_open(device_nodes: dict[str, str] | None, status: Status) -> None:
+    """The node's GPUs were discovered, CUDA finds no driver: unknown (the remedy names the real
+    GPU to look at), a skip only where this process is denied every GPU on purpose."""
+    inventory = h200_inventory()
+    for gpu in inventory.gpus:
+        gpu.pci_address = gpu.pcie.address if gpu.pcie else None
+    inventory.visibility = ProcessVisibility(device_nodes=device_nodes)
+    [finding] = judge({"status": "skipped", "reason_code": "no-driver", "gpus": [], "gpu_count": 0,
+                       "reason": "no NVIDIA driver (libcuda.so.1 cannot be loaded)"}, inventory)
+    assert finding.status is status
+    if status is Status.UNKNOWN:
+        assert finding.summary == ("2 NVIDIA GPU(s) on this node, but CUDA cannot use them: "
+                                   "no NVIDIA driver (libcuda.so.1 cannot be loaded)")
+        assert finding.remedy and "`lspci -k -s 0000:00:06.0`" in finding.remedy
+    else:
+        assert "hidden from this process" in finding.summary and "not in this process's /dev" in finding.summary
 
 
 def test_result_without_a_status_is_unknown() -> None:

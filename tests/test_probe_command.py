@@ -253,12 +253,28 @@ def test_snapshot_is_not_offered_by_probe() -> None:
     assert "--snapshot" not in CliRunner().invoke(app, ["probe", "--help"]).output
 
 
-def test_a_gpu_less_result_is_a_skip(node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    result = {"status": "skipped", "reason_code": "no-driver", "gpus": [], "gpu_count": 0, "sizes": [],
-              "reason": "no NVIDIA driver (libcuda.so.1 cannot be loaded)", "gpu_links": [], "transport": {}}
+@pytest.mark.parametrize(("code", "reason"), [("no-driver", "no NVIDIA driver (libcuda.so.1 cannot be loaded)"),
+                                              ("no-gpus", "no CUDA-capable GPU visible")])
+def test_gpus_on_the_bus_that_cuda_cannot_open_are_unknown(code: str, reason: str, node: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two GPUs on the PCI bus, NVML and CUDA blind (no driver, CUDA_VISIBLE_DEVICES=""): nothing
+    was measured on a node that has GPUs, exit 3 (a skip, exit 0, passed such a node in a prolog)."""
+    result = {"status": "skipped", "reason_code": code, "gpus": [], "gpu_count": 0, "sizes": [],
+              "reason": reason, "gpu_links": [], "transport": {}}
     fake_engine(result, [], monkeypatch)
-    code, report = report_of()
-    assert code == 0 and report["findings"][0]["status"] == "skip"
+    status, report = report_of()
+    [finding] = report["findings"]
+    assert status == 3 and finding["status"] == "unknown"
+    assert finding["summary"] == f"2 NVIDIA GPU(s) on this node, but CUDA cannot use them: {reason}"
+    assert "modprobe nvidia" in finding["remedy"]
+
+
+def test_one_gpu_is_still_a_skip(node: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = {"status": "skipped", "reason_code": "single-gpu", "gpus": [0], "gpu_count": 1, "sizes": [],
+              "reason": "1 GPU(s) selected: an all-reduce needs at least 2", "gpu_links": [], "transport": {}}
+    fake_engine(result, [], monkeypatch)
+    status, report = report_of()
+    assert status == 0 and report["findings"][0]["status"] == "skip"
 
 
 # -- through the real engine and a fake worker: the budget and the worker's phase -------------

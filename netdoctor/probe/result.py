@@ -16,8 +16,8 @@ from typing import Any
 from netdoctor.probe.expectation import GpuLinks
 from netdoctor.records import record
 
-# Outcomes (ProbeResult.status) and the reason codes that say "nothing to probe here":
-# on them a node is graded as GPU-less (skip), whatever else the result says.
+# Outcomes (ProbeResult.status) and the reason codes that say "nothing to probe here" where
+# discovery found no more GPUs either (plugins/nccl_probe.py: GPUs CUDA cannot open are `unknown`).
 STATUSES = ("ok", "skipped", "error", "timeout", "wrong-result")
 NOT_APPLICABLE = frozenset({"single-gpu", "no-gpus", "no-driver"})
 NO_LOG = "no NCCL log lines captured"
@@ -221,7 +221,8 @@ class ProbeResult:
 
     @property
     def not_applicable(self) -> bool:
-        """Nothing to probe on this node (fewer than two GPUs, no driver): a skip, not a failure."""
+        """CUDA found nothing to probe (fewer than two GPUs, no driver, no GPU): a skip where the
+        node has no more GPUs than that (the check decides, against the inventory)."""
         return self.status == "skipped" and self.reason_code in NOT_APPLICABLE
 
     @property
