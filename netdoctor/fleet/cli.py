@@ -25,7 +25,6 @@ from netdoctor.fleet.model import NodeSummary
 from netdoctor.fleet.report import FleetReport, build_fleet_report
 from netdoctor.fleet.settings import FleetSettings, fleet_settings
 from netdoctor.fleet.since import changes_since, load_previous
-from netdoctor.fleet.sweep import SweepOptions, parse_hosts, run_sweep
 from netdoctor.host.proctree import become_subreaper
 from netdoctor.logging import configure_logging, get_logger
 from netdoctor.report.render import emit
@@ -114,6 +113,7 @@ def sweep_command(
     since: SinceOption = None,
 ) -> None:
     """Run `netdoctor check --format json` on every node and print the fleet report."""
+    from netdoctor.fleet.sweep import SweepOptions, run_sweep   # (not imported by `fleet report`)
     options = SweepOptions(
         hosts=hosts,
         via=str(via),
@@ -155,6 +155,8 @@ def report_command(
 ) -> None:
     """Build the fleet report from saved per-node output."""
     try:
+        if expect:
+            from netdoctor.fleet.sweep import parse_hosts
         expected = list(parse_hosts(expect)) if expect else []
         settings, previous = report_inputs(rules, since)
         with _few_collections():

@@ -30,7 +30,7 @@ from netdoctor.fleet.bounded import (
     BadJson,
     Run,
     bounded_lines,
-    decode_first,
+    decode_report,
     decode_whole,
     describe_json_error,
     exact_lines,
@@ -201,13 +201,13 @@ class FleetCollector(SavedInputs):
         # `position` is a line start: after the chunk's start or the previous line's "\n".
         block = chunk[position - 1:end] if position else "\n" + chunk[:end]
         body = block.replace("\n" + prefix, "\n")
-        if len(block) - len(body) != (block.count("\n") - 1) * len(prefix):
+        if len(block) - len(body) != (body.count("\n") - 1) * len(prefix):   # (the shorter text: the same "\n"s)
             return 0
         if run.size + len(block) > MAX_REPORT_CHARS:
             return 0
         pending = strip_prefix(run.lines, prefix) if run.lines else ""
         try:
-            data = decode_whole(pending + body)
+            data = decode_whole(pending + body, decode_report)
         except ValueError:             # left to the line path, which says why
             return 0
         self._block_chars = end - position
@@ -257,7 +257,7 @@ class FleetCollector(SavedInputs):
         for host, run in list(self._pending.items()):
             joined = strip_prefix(run.lines, run.prefix)
             try:
-                data, rest = decode_first(joined)
+                data, rest = decode_report(joined)
             except BadJson as error:
                 self._store(no_report(host, NodeGrade.INVALID, refused_json(error)))
             except ValueError as error:
@@ -309,7 +309,7 @@ class FleetCollector(SavedInputs):
             # Maybe a whole report on one line (0.1 nodes print none, but `jq -c` does). The
             # first of a report's lines (pretty or `short_lines`) is not decoded in vain.
             try:
-                data, rest = decode_first(stripped)
+                data, rest = decode_report(stripped)
             except json.JSONDecodeError:
                 pass
             except BadJson as error:
@@ -352,7 +352,7 @@ class FleetCollector(SavedInputs):
         """A `}` at column 0: the end of the run's object, unless it does not decode yet."""
         text = strip_prefix(run.lines, run.prefix)
         try:
-            data, rest = decode_first(text)
+            data, rest = decode_report(text)
         except json.JSONDecodeError:
             return                     # an inner `}` line of a garbled object: keep reading
         except BadJson as error:

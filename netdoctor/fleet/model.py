@@ -45,7 +45,7 @@ _MAX_CHECK_ID_CHARS = 64
 _MAX_BUSBW_GBPS = 1e6
 # The checks whose findings' evidence gives the fleet a number (netdoctor.fleet.metrics).
 _ERROR_COUNTERS, _PHY = "error-counters", "phy"
-_METRIC_CHECKS = (_ERROR_COUNTERS, _PHY)   # a tuple: `in` compares, so a check id that is a list is no error
+METRIC_CHECKS = (_ERROR_COUNTERS, _PHY)   # a tuple: `in` compares, so a check id that is a list is no error
 
 
 class NodeGrade(StrEnum):
@@ -246,11 +246,18 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
     # findings, whatever their order, so the passes (nearly every finding of a healthy fleet)
     # are taken as a set of checks in one comprehension; the rest, with the findings of the
     # checks that give metrics (shadow ones too: measurements, not verdicts), in another.
-    for check in _passed(findings):
+    # (Findings decoded typed, `netdoctor.fleet.typed`, are split alike by their own code: the
+    # findings that do not pass, and those of the metric checks apart.)
+    split = getattr(data, "summary_split", None)
+    if split is not None:
+        passed, rest, measured = split(findings, METRIC_CHECKS)
+    else:
+        passed = _passed(findings)
+        rest = measured = [finding for finding in findings if finding.__class__ is dict
+                           and (finding.get("status") != "pass" or finding.get("check") in METRIC_CHECKS)]
+    for check in passed:
         if check_statuses.get(check) in (None, "skip"):
             check_statuses[intern(check)] = "pass"
-    rest = [finding for finding in findings
-            if finding.__class__ is dict and (finding.get("status") != "pass" or finding.get("check") in _METRIC_CHECKS)]
     for finding in rest:
         check = finding.get("check")
         status = finding.get("status")
@@ -285,7 +292,7 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
             subject=kept_text(top.get("subject")) if top.get("subject") is not None else None,
         )
     metrics: dict[str, float] = {}
-    worst_ber = worst_pre_fec_ber_log10([finding for finding in rest if finding.get("check") == _PHY])
+    worst_ber = worst_pre_fec_ber_log10([finding for finding in measured if finding.get("check") == _PHY])
     if worst_ber is not None:
         metrics[PHY_BER_METRIC] = worst_ber
     probe = data.get("probe")
@@ -297,7 +304,7 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
                                  f"{shown(busbw)[:40]}", source)
             metrics[BUSBW_METRIC] = float(busbw)
     # (`counter_growth` looks each status up: one that is a list or an object is no status.)
-    counters = [finding for finding in rest
+    counters = [finding for finding in measured
                 if finding.get("check") == _ERROR_COUNTERS and finding.get("status").__class__ not in (list, dict)]
     error_growth = counter_growth(counters, _STATUS_SEVERITY)
     if error_growth is not None:

@@ -5,14 +5,10 @@ from __future__ import annotations
 import json
 import re
 
-from netdoctor.fleet.html_parts import (changes_html, domains_html, drift_html, escape, folded_note, grid_html,
-                                       rails_html, wrong_html)
 from netdoctor.fleet.model import BUSBW_METRIC, GRADE_ORDER, NodeGrade, NodeSummary
 from netdoctor.fleet.probe_render import probe_html, probe_text_lines
 from netdoctor.fleet.report import FleetReport
 from netdoctor.fleet.svg import busbw_dotplot_svg, busbw_histogram_svg
-from netdoctor.fleet.text_sections import changes_lines, domain_lines, drift_lines, rail_lines
-from netdoctor.fleet.views import fold_hosts
 from netdoctor.textsafe import safe_text
 
 # Text output lists at most this many nodes per section, then folds the rest.
@@ -20,6 +16,9 @@ _TEXT_LIST_LIMIT = 100
 
 # A section's first heading with an id: the contents line links to it.
 _HEADING = re.compile(r'<h2 id="([\w-]+)">([^<]*)</h2>')
+
+# (The text and HTML parts and host folding, with ClusterShell, are imported where a text or HTML page is
+# rendered: ~20 ms that `--format json` of a large fleet does not spend.)
 
 _PROBLEM_GRADES = (NodeGrade.FAIL, NodeGrade.UNREACHABLE, NodeGrade.INVALID)
 _ATTENTION_GRADES = (NodeGrade.UNKNOWN, NodeGrade.WARN)
@@ -45,6 +44,7 @@ def render_json(report: FleetReport) -> str:
 
 
 def render_text(report: FleetReport) -> str:
+    from netdoctor.fleet.text_sections import changes_lines, domain_lines, drift_lines, rail_lines
     lines: list[str] = []
     counts = report.counts
     lines.append(f"netdoctor fleet: {_nodes(len(report.nodes))} (generated {report.generated_at})")
@@ -107,6 +107,7 @@ def _node_lines(nodes: list[NodeSummary]) -> list[str]:
 
 def _fold(hosts: list[str]) -> str:
     """The hosts as a folded host list (`node[001-128]`), safe to print."""
+    from netdoctor.fleet.views import fold_hosts
     return safe_text(fold_hosts(hosts))
 
 
@@ -166,6 +167,7 @@ _SCRIPT = """
 def render_html(report: FleetReport) -> str:
     """What is wrong and the node × check grid first; then what changed, the traffic, the bus
     bandwidth, the fleet against itself (what agrees everywhere folded away)."""
+    from netdoctor.fleet.html_parts import changes_html, domains_html, drift_html, escape, rails_html, wrong_html
     counts = report.counts
     parts: list[str] = [
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">",
@@ -194,6 +196,7 @@ def _contents(sections: list[str]) -> str:
 
 
 def _grid_section(report: FleetReport) -> str:
+    from netdoctor.fleet.html_parts import folded_note, grid_html
     return (
         "<h2 id=\"grid-heading\">Nodes × checks</h2><div id=\"controls\"><input id=\"q\" type=\"search\" "
         "placeholder=\"filter: host, grade, check or text (space = and)\" autocomplete=\"off\"> "
@@ -203,6 +206,7 @@ def _grid_section(report: FleetReport) -> str:
 
 
 def _busbw_section(report: FleetReport) -> str:
+    from netdoctor.fleet.html_parts import escape
     parts: list[str] = []
     busbw = [node.metrics[BUSBW_METRIC] for node in report.nodes if BUSBW_METRIC in node.metrics]
     if busbw:
@@ -224,6 +228,7 @@ def _busbw_section(report: FleetReport) -> str:
 
 
 def _tallies_section(report: FleetReport) -> str:
+    from netdoctor.fleet.html_parts import escape
     tallies = report.check_tallies()
     if not tallies:
         return ""

@@ -24,7 +24,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from netdoctor.errors import UsageError
-from netdoctor.fleet.bounded import MAX_REPORT_CHARS, BadJson, chunks, decode_first, describe_json_error, read_head, refused_json
+from netdoctor.fleet.bounded import (MAX_REPORT_CHARS, BadJson, chunks, decode_report, describe_json_error, plain_report,
+                                      read_head, refused_json)
 from netdoctor.fleet.model import NodeGrade, NodeSummary, SenderReport, no_report, summarize_report
 from netdoctor.fleet.shell import MAX_LINE_CHARS as _MAX_NOISE_CHARS
 from netdoctor.fleet.shell import SHELL_STARTS
@@ -115,17 +116,21 @@ class SavedInputs:
             self._store_file_fallback(no_report(fallback_host, NodeGrade.INVALID, f"{source}: larger than {MAX_REPORT_CHARS >> 20} MiB", source))
             return
         try:
-            data, rest = decode_first(text, position)
+            data, rest = decode_report(text, position)
         except BadJson as error:
             self._store_file_fallback(no_report(fallback_host, NodeGrade.INVALID, f"{source}: {refused_json(error)}", source))
             return
         except ValueError as error:
             self._store_file_fallback(no_report(fallback_host, NodeGrade.INVALID, f"{source}: not valid JSON ({describe_json_error(error)})", source))
             return
+        self._add_report(data, source, host_hint, more=bool(rest.strip()))
+
+    def _add_report(self, data: object, source: str, host_hint: str | None, *, more: bool = False) -> None:
+        """A report file's decoded report (`more`: another JSON value followed it)."""
         summary = summarize_report(data, source, None)
         if summary.host == "?":
-            summary = summarize_report(data, source, fallback_host)
-        if rest.strip():
+            summary = summarize_report(data, source, host_hint or Path(source).stem)
+        if more:
             summary = refusal(summary, f"{source}: more than one JSON value in one report file")
         self._store(summary)
 
@@ -145,19 +150,27 @@ class SavedInputs:
                     log.warning("fleet input skipped", path=entry.path, error=error.strerror or str(error))
                     continue
                 if regular:
-                    self._add_file(Path(entry.path), in_directory=True)
+                    self._add_file(entry.path, in_directory=True)   # (a str: no Path per file)
             return
         self._add_file(path, in_directory=in_directory)
 
-    def _add_file(self, path: Path, *, in_directory: bool) -> None:
+    def _add_file(self, path: Path | str, *, in_directory: bool) -> None:
         try:
-            small, more = read_prefix(path, _SNIFF_CHARS)
+            small, more = read_prefix(path, _SNIFF_CHARS)   # type: ignore[arg-type]
+            # Most files of a directory are a plain report each, whole in the head: decoded from its
+            # bytes (what is not plain, or not UTF-8, is read as text below: the same for it).
+            report = plain_report(small) if not more else None
             # Lines end only at "\n", as the parallel shell cut them (`exact_lines`).
-            handle = open_text(path) if more else io.StringIO(small.decode("utf-8", "replace"), newline="\n")
+            handle = None if report is not None else open_text(Path(path)) if more else io.StringIO(
+                small.decode("utf-8", "replace"), newline="\n")
         except OSError as error:
             raise UsageError(f"cannot read fleet input {path}: {error.strerror or error}") from error
-        source = str(path)
-        stderr_capture = path.suffix == _STDERR_SUFFIX
+        source = os.fspath(path)
+        if handle is None:
+            self._add_report(report, source, None)
+            return
+        suffix = os.path.splitext(source)[1]
+        stderr_capture = suffix == _STDERR_SUFFIX
         with handle:
             # One read of the head tells a report from shell output (no readline and seek:
             # ten thousand small report files are read in one piece each).
@@ -167,12 +180,13 @@ class SavedInputs:
             first_line = _first_non_blank_line(head)
             first = first_line[:1]
             if not first:
-                if (in_directory or path.suffix == ".json") and not stderr_capture:
+                if (in_directory or suffix == ".json") and not stderr_capture:
                     self.add_document("", source)
                 else:
                     log.warning("fleet input is empty", path=source)
                 return
-            shell_output = (
+            # (A report file, the most common, is told by its first character alone.)
+            shell_output = first not in "{[" and (
                 _HOST_LINE.match(first_line) is not None
                 or first_line.startswith(SHELL_STARTS)
                 or stderr_capture
@@ -180,7 +194,7 @@ class SavedInputs:
                 or ("\x00" not in head and any(_REPORT_LINE.match(line) for line in head.splitlines()[1:]))
             )
             # A `.json` file may still be a saved pdsh sweep (`pdsh ... > sweep.json`).
-            if first in "{[" or (not shell_output and (in_directory or path.suffix == ".json")):
+            if first in "{[" or (not shell_output and (in_directory or suffix == ".json")):
                 # A head shorter than asked for is the whole file (most report files).
                 rest, cut = read_head(handle, MAX_REPORT_CHARS - len(head)) if len(head) == _SNIFF_CHARS else ("", False)
                 self.add_document(head + rest, source, cut=cut)
