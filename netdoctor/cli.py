@@ -66,22 +66,30 @@ class _Interrupts:
         return USAGE_EXIT
 
     def finish(self, code: int) -> NoReturn:
-        """Exit with `code`, the report flushed first; if interrupted, with 3 at once."""
+        """Exit with `code` once the report is flushed and the exit handlers have run; if
+        interrupted, with 3.
+
+        Not through the interpreter's own teardown: freeing every object and module and, after
+        a live run, libcuda's exit handlers took 0.1 s of every `check` and `probe` on a 2x H200
+        node (benchmarks/results/probe-speed.md), and nothing of netdoctor's is left for them.
+        The exit handlers still run: the runner stops what it started, ours (the first) runs
+        last. Nor does a thread still inside a hung tool read hold the exit. And after a Ctrl-C
+        CPython remembers a KeyboardInterrupt that left an exec()'d string (dataclasses build
+        their methods so) even once it was caught, and under `python -m` would end such a
+        process by SIGINT after it exited 3.
+        """
         self.exiting = True
         _flush(sys.stdout)
-        if self.first is None:
-            sys.exit(code)
-        if not self.reported:
-            self.report()
-        # Not through the interpreter's own exit: CPython remembers a KeyboardInterrupt that
-        # left an exec()'d string (dataclasses build their methods so) even once it was
-        # caught, and under `python -m` ends such a process by SIGINT after it exited 3.
+        if self.first is not None:
+            code = USAGE_EXIT
+            if not self.reported:
+                self.report()
         import atexit
 
-        atexit._run_exitfuncs()      # the runner stops what it started; ours (the first) runs last
+        atexit._run_exitfuncs()
         _flush(sys.stdout)
         _flush(sys.stderr)
-        os._exit(USAGE_EXIT)
+        os._exit(code)
 
     def at_exit(self) -> None:
         """The last exit handler (registered first): a Ctrl-C during the others made the exit 3."""

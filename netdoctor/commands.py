@@ -165,7 +165,8 @@ def capture(
 
     from netdoctor.host.live import LiveSource
     from netdoctor.host.snapshot import write_snapshot
-    from netdoctor.run import DEFAULT_DEADLINE_S, discover as discover_node, live_sys_root
+    from netdoctor.host.trust import live_sys_root
+    from netdoctor.run import DEFAULT_DEADLINE_S, discover as discover_node
 
     budget_s = _positive_deadline(deadline, DEFAULT_DEADLINE_S)
     source = LiveSource(sys_root=live_sys_root(), record=True)

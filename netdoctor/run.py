@@ -27,12 +27,13 @@ from netdoctor.checks.engine import run_checks, select_checks
 from netdoctor.checks.metrics import node_metrics
 from netdoctor.checks.registry import Registry, load_registry, third_party_configured
 from netdoctor.errors import NetdoctorError, UsageError
-from netdoctor.host.trust import trusted_override
+from netdoctor.host.trust import live_sys_root
 from netdoctor.host.types import NodeSource
 from netdoctor.inventory.model import Inventory, SourceState
 from netdoctor.inventory.plan import report_only
 from netdoctor.inventory.queries import neighbors, versions
 from netdoctor.logging import get_logger
+from netdoctor.probe.early import EarlyAllReduce
 from netdoctor.probe.result import MIN_PROBE_BUDGET_S
 from netdoctor.records import record
 from netdoctor.traffic import early_allreduce, fabric_summary, not_run, probe_checks, run_allreduce, run_nic_loopback
@@ -46,10 +47,6 @@ DEFAULT_STATE_PATH = Path("/var/lib/netdoctor/state.json")
 COUNTER_HISTORY = "counter-history"
 # Checks with these needs judge counters by growth: the run reads (and stores) the counter history.
 HISTORY_NEEDS = frozenset({"counters", "phy"})
-# Hidden, for tests and benchmarks only: judge a copied /sys tree (a fixture's sys/) as if
-# it were this node's, with whatever tools are on PATH. Not for operators: a live run
-# against a foreign tree mixes that tree with this node's NVML and hostname.
-SYSFS_ROOT_ENV = "NETDOCTOR_SYSFS_ROOT"
 DEFAULT_DEADLINE_S = 10.0
 DEFAULT_DEADLINE_WITH_PROBE_S = 20.0
 TOOL_TIMEOUT_S = 5.0
@@ -105,14 +102,6 @@ def open_source(snapshot: Path | None, *, tool_timeout_s: float = TOOL_TIMEOUT_S
     from netdoctor.host.live import LiveSource
 
     yield LiveSource(sys_root=live_sys_root(), record=False, tool_timeout_s=tool_timeout_s)
-
-
-def live_sys_root(env: Mapping[str, str] | None = None) -> str:
-    """/sys, or the tree $NETDOCTOR_SYSFS_ROOT names (tests and benchmarks only; as root only a
-    tree root alone can change, or another user would decide the node's verdict)."""
-    environment = os.environ if env is None else env
-    override = trusted_override(SYSFS_ROOT_ENV, environment.get(SYSFS_ROOT_ENV))
-    return str(override) if override else "/sys"
 
 
 class DiscoveryTimeout(NetdoctorError):
@@ -179,11 +168,12 @@ def discovery_needs(selected: list[Check], rules: str | None) -> frozenset[str] 
 
 
 def run_check(options: CheckOptions, *, source: NodeSource | None = None, registry: Registry | None = None,
-              env: Mapping[str, str] | None = None) -> Report:
+              env: Mapping[str, str] | None = None, probe_started: EarlyAllReduce | None = None) -> Report:
     """The whole `check` run; returns the graded report (never raises for a hung part).
 
     `source` replaces the node `options.snapshot` names (or the live node); `registry`
-    replaces the plugin loading; `env` replaces os.environ (for $NETDOCTOR_STATE/_RULES).
+    replaces the plugin loading; `env` replaces os.environ (for $NETDOCTOR_STATE/_RULES);
+    `probe_started`: the all-reduce `netdoctor probe` started as soon as its command line was read.
     """
     environment = os.environ if env is None else env
     started_at = utc_now_iso()
@@ -222,7 +212,8 @@ def run_check(options: CheckOptions, *, source: NodeSource | None = None, regist
     # Only traffic checks (`netdoctor probe`): nothing is judged at rest, the worker need not wait for NVML.
     traffic_only = all(TRAFFIC_NEEDS.intersection(check.needs) for check in selected)
     with opened as node, early_allreduce(node, wanted=wants_allreduce, budget_s=allreduce_s, at_rest=not traffic_only,
-                                         gpus=options.probe_gpus, engine=options.probe_engine) as early:
+                                         gpus=options.probe_gpus, engine=options.probe_engine,
+                                         started=probe_started) as early:
         try:
             inventory = discover(node, deadline=discovery_deadline, fabric_scan=options.fabric_scan,
                                  needs=discovery_needs(selected, options.rules),

@@ -10,19 +10,19 @@ import contextlib
 import dataclasses
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from netdoctor.checks.registry import Registry
 from netdoctor.errors import UsageError
 from netdoctor.host.types import NodeSource
-from netdoctor.host.visibility import bound_gpu_count
 from netdoctor.inventory.hardware import is_efa
 from netdoctor.inventory.model import Gpu, Hca, Inventory, Port
 from netdoctor.inventory.queries import gpu_fabric_netdevs, nearest_gpu
 from netdoctor.packs.model import RulePack
-from netdoctor.probe.result import MIN_PROBE_BUDGET_S, LaterFacts, ProbeNotRun, ProbeRequest, ProbeResult
-from netdoctor.util import Background, DeadlineExceeded, call_with_deadline
+from netdoctor.probe.early import EarlyAllReduce, start_early_allreduce
+from netdoctor.probe.result import ProbeNotRun, ProbeRequest, ProbeResult
+from netdoctor.util import DeadlineExceeded, call_with_deadline
 
 
 def probe_checks(registry: Registry) -> tuple[str, ...]:
@@ -38,79 +38,25 @@ def not_run(no_probe: bool, wanted: bool, is_snapshot: bool) -> ProbeNotRun | No
     return None
 
 
-class EarlyAllReduce:
-    """The all-reduce started before discovery (`early_allreduce`), taken up by `run_allreduce`.
-
-    Once `before` has returned (NVML read, where other checks judge the GPUs at rest), its
-    worker loads CUDA and NCCL and measures while the rest of discovery runs
-    (benchmarks/results/probe-speed.md); what only discovery and the pack know (the GPUs'
-    links, the pass fraction) reaches it through `later`.
-    """
-
-    def __init__(self, request: ProbeRequest, before: Callable[[], object] | None = None) -> None:
-        assert request.later is not None
-        self.request, self.later, self._before = request, request.later, before
-        self.started = time.monotonic()
-        self.deadline = self.started + request.budget_s
-        self._job = Background("nccl-probe", self._run)
-
-    def _run(self) -> ProbeResult | None:
-        """The result; None when cancelled while NVML was read."""
-        from netdoctor.probe import run_probe
-
-        if self._before is not None:
-            with contextlib.suppress(Exception):    # discovery reports NVML's own failure
-                self._before()
-        if self.later.wait(0.0) is None:
-            return None
-        # The probe's own budget ends where this one does: NVML's time came out of it.
-        return run_probe(dataclasses.replace(self.request, budget_s=self.deadline - time.monotonic()))
-
-    def cancel(self) -> None:
-        """No longer wanted: the worker's group is stopped (a no-op once `result` resolved it)."""
-        self.later.cancel()
-
-    def result(self, request: ProbeRequest, node_gpus: tuple[int, ...] | None) -> ProbeResult:
-        """The result for `request` (discovery's facts, the pack's fraction), as run_probe gives it."""
-        from netdoctor.probe.dispatch import finished, refusal
-
-        refused = refusal(request, node_gpus)
-        if refused is not None:
-            self.cancel()
-            return finished(refused, request, self.started)
-        self.later.resolve(request.gpu_links, request.pass_fraction)
-        result = self._job.result(self.deadline + 0.5)
-        if result is None:                            # it was cancelled before it started
-            raise DeadlineExceeded("nccl-probe")
-        return result
-
-
 @contextlib.contextmanager
 def early_allreduce(node: NodeSource, *, wanted: bool, budget_s: float, gpus: tuple[int, ...] | None,
-                    engine: str, at_rest: bool = True) -> Iterator[EarlyAllReduce | None]:
-    """Start the all-reduce now, before discovery, where it can start early: a live node whose
-    PCI bus has GPUs bound to the nvidia driver, an engine that can wait for discovery's facts,
-    a budget the probe accepts. Otherwise None: `run_allreduce` starts it after discovery and
-    says why it did not run. Leaving the block stops a probe nobody took up.
+                    engine: str, at_rest: bool = True,
+                    started: EarlyAllReduce | None = None) -> Iterator[EarlyAllReduce | None]:
+    """Start the all-reduce now, before discovery, where it can start early
+    (`netdoctor.probe.early.start_early_allreduce`); otherwise None, and `run_allreduce` starts it
+    after discovery and says why it did not run. Leaving the block stops a probe nobody took up.
 
-    `at_rest`: other checks judge the GPUs, so NVML reads them before the worker opens them;
-    without (`netdoctor probe`: only the traffic checks) the worker starts at once."""
-    early = None
-    if wanted and not node.is_snapshot and budget_s >= MIN_PROBE_BUDGET_S:
-        try:
-            from netdoctor.probe.dispatch import refusal, starts_early
-        except ImportError:     # run_allreduce says the probe is not available
-            starts_early = None
-        if starts_early is not None and starts_early(engine) and bound_gpu_count(node.sys) >= 2:
-            request = ProbeRequest(budget_s=budget_s, pass_fraction=1.0, gpus=gpus, engine=engine, later=LaterFacts())
-            # With at_rest, NVML is read before the worker opens the GPUs: what the GPU checks
-            # judge (idle clocks, utilisation, link speed at rest) is the node at rest, as
-            # without the probe. The probe itself takes from NVML only the GPUs' links, which
-            # traffic does not change.
-            early = EarlyAllReduce(request, before=node.nvml if at_rest else None) \
-                if refusal(request, None) is None else None
+    `at_rest`: other checks judge the GPUs, so NVML reads them before the worker opens them
+    (what the GPU checks judge, idle clocks, utilisation, link speed at rest, is then the node
+    at rest, as without the probe; the probe takes from NVML only the GPUs' links, which traffic
+    does not change); without (`netdoctor probe`: only the traffic checks) the worker starts at
+    once. `started`: one `netdoctor probe` started as soon as its command line was read."""
+    early = started
+    if early is None and wanted and not node.is_snapshot:
+        early = start_early_allreduce(node.sys, budget_s=budget_s, gpus=gpus, engine=engine,
+                                      before=node.nvml if at_rest else None)
     try:
-        yield early
+        yield early if wanted else None
     finally:
         if early is not None:
             early.cancel()

@@ -44,3 +44,20 @@ def test_a_missing_libcuda_is_left_to_the_nvml_read(tmp_path: Path) -> None:
     (tmp_path / "gpus" / "0000:18:00.0").mkdir(parents=True)
     assert cuda_warmup.start_cuda_init("libcuda-netdoctor-absent.so.1", gpus_dir=str(tmp_path / "gpus")) is True
     cuda_warmup._cuda_init("libcuda-netdoctor-absent.so.1")      # no exception, nothing to say
+
+
+@pytest.mark.parametrize(("probe", "dmabuf_matters", "started"), [
+    (True, False, True), (True, True, True), (False, True, True),
+    # `check --no-probe` where NVML will not ask about DMA-BUF: a cuInit would only hold up
+    # the NVML calls, which the driver answers one at a time.
+    (False, False, False)])
+def test_cuinit_only_where_the_run_needs_it(probe: bool, dmabuf_matters: bool, started: bool,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from netdoctor import check_command
+    from netdoctor.host import nvml
+
+    calls: list[bool] = []
+    monkeypatch.setattr(cuda_warmup, "start_cuda_init", lambda: calls.append(True) or True)
+    monkeypatch.setattr(nvml, "dmabuf_can_matter", lambda sys: dmabuf_matters)
+    check_command._start_cuda_init(probe=probe)
+    assert calls == ([True] if started else [])

@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from netdoctor.host.nvml import CudaDmabufQuery, collect_nvml
+import pytest
+
+from netdoctor.host import nvml as nvml_module
+from netdoctor.host.nvml import CudaDmabufQuery, collect_nvml, dmabuf_can_matter
 from netdoctor.host.sysfs import RootedSysTree
 
 
@@ -298,3 +301,63 @@ def test_dmabuf_query_without_libcuda() -> None:
     query = CudaDmabufQuery("libcuda-netdoctor-absent.so.1")
     assert query("0000:18:00.0") is None
     assert query("0000:18:00.0") is None
+
+
+def _sysfs(root: Path, rdma: tuple[str, ...] = (), modules: tuple[str, ...] = ()) -> RootedSysTree:
+    """RDMA devices bound to their driver as sysfs has them: `efa_0` to efa, the others to mlx5_core."""
+    (root / "class").mkdir(parents=True)
+    for number, device in enumerate(rdma):
+        address = f"0000:{0x18 + number:02x}:00.0"
+        driver = "efa" if device.startswith("efa") else "mlx5_core"
+        (root / "bus" / "pci" / "drivers" / driver).mkdir(parents=True, exist_ok=True)
+        function = root / "devices" / "pci0000:00" / address
+        function.mkdir(parents=True)
+        (function / "driver").symlink_to(f"../../../bus/pci/drivers/{driver}")
+        (root / "class" / "infiniband" / device).mkdir(parents=True)
+        (root / "class" / "infiniband" / device / "device").symlink_to(f"../../../devices/pci0000:00/{address}")
+    for module in ("nvidia", *modules):
+        (root / "module" / module).mkdir(parents=True)
+    return RootedSysTree(root)
+
+
+@pytest.mark.parametrize(("rdma", "modules", "asked"), [
+    ((), (), False),                                    # no RDMA NIC: gpudirect skips
+    (("mlx5_0",), (), True),                            # DMA-BUF is the only path left to judge
+    (("efa_0",), ("gdrdrv",), True),                    # GDRCopy is no GPUDirect RDMA path
+    (("mlx5_0",), ("nvidia_peermem",), False),          # the module is the path: gpudirect passes on it
+    (("mlx5_0",), ("nv_peer_mem",), False),
+    # EFA never uses the module: without a P2P provider, DMA-BUF on every GPU is its path.
+    (("efa_0",), ("nvidia_peermem",), True),
+    (("mlx5_0", "efa_0"), ("nvidia_peermem",), True),
+])
+def test_dmabuf_is_asked_only_where_it_can_decide(rdma: tuple[str, ...], modules: tuple[str, ...], asked: bool,
+                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The question costs the process's first cuInit (0.23-0.5 s of driver time, serialised with
+    NVML's calls): asked where a check can use the answer, else null, libcuda never loaded."""
+    sys = _sysfs(tmp_path, rdma, modules)
+    assert dmabuf_can_matter(sys) is asked
+    loaded: list[str] = []
+    monkeypatch.setattr(nvml_module.ctypes, "CDLL", lambda name: loaded.append(name) or _NoCuda())
+    fake = FakeNvml([FakeGpu("NVIDIA H100 80GB HBM3", "GPU-aaaa", "00000000:18:00.0", 0)])
+    report, status = collect_nvml(fake.module(), sys=sys)
+    assert status == "ok" and report is not None
+    assert loaded == (["libcuda.so.1"] if asked else [])
+    assert report["gpus"][0]["dmabuf_supported"] is None
+
+
+class _NoCuda:
+    """libcuda whose cuInit fails: the query answers None (asked, not known)."""
+
+    def cuInit(self, flags: ctypes.c_uint) -> int:  # noqa: N802 - the driver's name
+        return 100      # CUDA_ERROR_NO_DEVICE
+
+
+@pytest.mark.parametrize(("fixture", "asked"), [
+    ("dgx-h100", False),            # nvidia_peermem loaded: gpudirect passes on it
+    ("dgx-h100-no-peermem", True),
+    ("aws-p5", True),               # EFA: its own P2P provider, else DMA-BUF
+    ("pcie-only", False),           # no RDMA device
+])
+def test_dmabuf_question_on_the_fixture_nodes(fixture: str, asked: bool) -> None:
+    root = Path(__file__).parent / "fixtures" / "nodes" / fixture / "sys"
+    assert dmabuf_can_matter(RootedSysTree(root)) is asked

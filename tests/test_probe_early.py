@@ -93,6 +93,29 @@ def test_the_worker_starts_before_discovery_and_gets_its_threshold_on_stdin(live
     assert elapsed < 30
 
 
+def test_netdoctor_probe_starts_the_worker_before_the_checks_are_loaded(live: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`netdoctor probe`: the worker is most of the command's time, so it starts as soon as the
+    command line is read, before the plugins (and the inventory model they import) load."""
+    from netdoctor import run
+
+    seen: list[bool] = []
+    load_plugins = run._load_plugins
+
+    def loading(*args: object, **kwargs: object) -> object:
+        for _ in range(100):        # the worker writes its marks first thing
+            if (live / "marks.json").exists():
+                break
+            time.sleep(0.05)
+        seen.append((live / "marks.json").exists())
+        return load_plugins(*args, **kwargs)
+
+    monkeypatch.setattr(run, "_load_plugins", loading)
+    code, output = _probe()
+    assert code == 0, output
+    assert seen == [True]
+
+
 def test_a_probe_the_run_no_longer_wants_is_stopped(live: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NETDOCTOR_TEST_HANG", "1")
     code, output = _probe("--rules", "no-such-pack")         # a usage error found after discovery

@@ -25,7 +25,7 @@ from netdoctor.host.types import CommandSpec, CommandState
 from netdoctor.probe import engine
 from netdoctor.probe.nccl_tests import NcclTestsEngine
 from netdoctor.probe.result import ProbeRequest
-from netdoctor.run import live_sys_root
+from netdoctor.host.trust import live_sys_root
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURE = REPO / "tests" / "fixtures" / "nodes" / "dgx-h100"

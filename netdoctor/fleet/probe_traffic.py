@@ -22,7 +22,7 @@ DISCOVERY_S = 3.0
 def _inventory(deadline: float) -> Any:
     from netdoctor.host.live import LiveSource
     from netdoctor.inventory.build import build_inventory
-    from netdoctor.run import live_sys_root
+    from netdoctor.host.trust import live_sys_root
     source = LiveSource(sys_root=live_sys_root(), tool_timeout_s=DISCOVERY_S)
     return build_inventory(source, deadline=deadline, needs=frozenset({"gpus", "rdma", "topology"}))
 

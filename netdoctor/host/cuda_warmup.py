@@ -3,8 +3,9 @@
 A process's first cuInit on a GPU node takes 0.23-0.46 s (2 H200s, driver 580, persistence
 mode on: benchmarks/results/nvml.md), and the driver runs the node's cuInits one at a time:
 the probe worker's own cuInit waits for one already under way, then returns at once. Both the
-NVML read (its DMA-BUF question) and the worker need it, so a live `check` or `probe` starts it
-as soon as its command line is read, beside the interpreter's imports and the plugin loading.
+NVML read (its DMA-BUF question, where it is asked: host.nvml.dmabuf_can_matter) and the worker
+need it, so a live `check` or `probe` starts it as soon as its command line is read, beside the
+interpreter's imports and the plugin loading.
 Only cuInit: no context, no GPU memory, nothing a running job could notice.
 """
 

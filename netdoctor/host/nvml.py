@@ -31,6 +31,23 @@ CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 124
 _NVLINK_ABSENT_ERRORS = ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INVALID_ARGUMENT")
 
 DmabufQuery = Callable[[str], bool | None]
+# The other GPUDirect RDMA path for IB and RoCE NICs: with one of these loaded, DMA-BUF decides
+# nothing for them. EFA never uses them (its own P2P provider, else DMA-BUF).
+PEER_MEMORY_MODULES = ("nvidia_peermem", "nv_peer_mem")
+
+
+def dmabuf_can_matter(sys: SysTree) -> bool:
+    """Can a check use the DMA-BUF answer on this node? It decides GPUDirect RDMA (`gpudirect`,
+    `nic-loopback`'s causes) only where RDMA devices are (IB, RoCE and EFA are all under
+    /sys/class/infiniband, where ibstat finds them too), and there for an EFA device, or where no
+    peer-memory module is loaded. Asking costs this process's first cuInit: 0.23-0.5 s of driver
+    time on 2x H200, which the driver serialises with the NVML calls (benchmarks/results/nvml.md)."""
+    devices = sys.listdir("class/infiniband")
+    if not devices:
+        return False
+    if any(sys.link_name(f"class/infiniband/{device}/device/driver") == "efa" for device in devices):
+        return True
+    return not any(sys.is_dir(f"module/{name}") for name in PEER_MEMORY_MODULES)
 
 
 def _nvlink(nvml: ModuleType, handle: Any, errors: dict[str, str]) -> dict[str, Any]:
@@ -248,7 +265,8 @@ def collect_nvml(nvml_module: ModuleType | None = None, sys: SysTree | None = No
     """The NVML report and `ok`, or (None, why) when there is no usable NVIDIA driver.
 
     `nvml_module` defaults to pynvml (nvidia-ml-py); `sys` is used for the NUMA node
-    when NVML cannot tell it; `dmabuf_query` defaults to asking libcuda.
+    when NVML cannot tell it; `dmabuf_query` defaults to asking libcuda where the answer can
+    matter (`dmabuf_can_matter`; always without `sys`), else `dmabuf_supported` stays null.
     """
     if nvml_module is None:
         try:
@@ -256,7 +274,10 @@ def collect_nvml(nvml_module: ModuleType | None = None, sys: SysTree | None = No
         except ImportError:
             return None, "nvidia-ml-py (pynvml) is not installed"
     if dmabuf_query is None:
-        dmabuf_query = CudaDmabufQuery()
+        if sys is None or dmabuf_can_matter(sys):
+            dmabuf_query = CudaDmabufQuery()
+        else:
+            log.debug("DMA-BUF not asked: no RDMA device, or a peer-memory module is loaded")
     nvml = nvml_module
     try:
         nvml.nvmlInit()

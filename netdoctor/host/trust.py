@@ -130,6 +130,20 @@ def trusted_override(variable: str, value: str | None) -> Path | None:
     return path
 
 
+# Hidden, for tests and benchmarks only: judge a copied /sys tree (a fixture's sys/) as if
+# it were this node's, with whatever tools are on PATH. Not for operators: a live run
+# against a foreign tree mixes that tree with this node's NVML and hostname.
+SYSFS_ROOT_ENV = "NETDOCTOR_SYSFS_ROOT"
+
+
+def live_sys_root(env: Mapping[str, str] | None = None) -> str:
+    """/sys, or the tree $NETDOCTOR_SYSFS_ROOT names (tests and benchmarks only; as root only a
+    tree root alone can change, or another user would decide the node's verdict)."""
+    environment = os.environ if env is None else env
+    override = trusted_override(SYSFS_ROOT_ENV, environment.get(SYSFS_ROOT_ENV))
+    return str(override) if override else "/sys"
+
+
 # Loader, interpreter and shell start-up variables: each makes a child run code it names.
 # Never passed on, whatever a caller's allowlist says.
 NEVER_INHERITED = frozenset({

@@ -18,19 +18,21 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from netdoctor.errors import ParseError
 from netdoctor.host.files import read_regular
 from netdoctor.host.runner import run_merged
 from netdoctor.host.trust import child_environment, trusted_override
 from netdoctor.host.types import CommandSpec, CommandState
-from netdoctor.inventory.model import Gpu
 from netdoctor.logging import get_logger
 from netdoctor.parsers.nccl import NcclLogFacts, parse_nccl_log
 from netdoctor.probe.expectation import GpuLinks, nvlink_version_name
 from netdoctor.probe.result import MIN_PROBE_BUDGET_S, ProbeRequest, ProbeResult, Transport
 from netdoctor.records import record
+
+if TYPE_CHECKING:       # the inventory model is not imported to start a probe
+    from netdoctor.inventory.model import Gpu
 
 log = get_logger(__name__)
 
