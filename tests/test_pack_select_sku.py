@@ -13,7 +13,7 @@ from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Dmi, Inventory
 from netdoctor.packs import load_rules
 from netdoctor.packs.load import read_pack
-from netdoctor.packs.select import match_reasons
+from netdoctor.packs.match import match_reasons
 
 SWITCHES = ("0000:07:00.0", "0000:08:00.0", "0000:09:00.0", "0000:0a:00.0")
 

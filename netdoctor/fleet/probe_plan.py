@@ -55,7 +55,6 @@ from dataclasses import field
 from itertools import chain
 from typing import Any
 
-from netdoctor.parsers.nccl import network_kind
 from netdoctor.records import record
 
 ROUND_PAIRS, ROUND_SHIFTED, ROUND_RAILS = 1, 2, 3
@@ -232,6 +231,8 @@ def yardstick_words(fabrics: Mapping[str, NodeFabric], thresholds: Thresholds) -
 
 def on_sockets(measurement: Measurement) -> bool:
     """NCCL carried the group over TCP sockets, not the GPU fabric."""
+    from netdoctor.parsers.nccl import network_kind   # here: `fleet report` never needs the parsers
+
     return network_kind(measurement.transport) == "socket"
 
 

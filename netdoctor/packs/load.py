@@ -25,9 +25,9 @@ except ModuleNotFoundError:      # Python 3.10: the backport tomllib was made fr
 from netdoctor.errors import RulesError
 from netdoctor.host.files import read_regular
 from netdoctor.host.trust import running_as_root, unsafe_path_reason
-from netdoctor.inventory.model import LinkLayer
 from netdoctor.logging import get_logger
 from netdoctor.packs.model import ROLES, STRUCTURE_TABLES, PortClass, RulePack
+from netdoctor.vocabulary import LinkLayer
 
 log = get_logger(__name__)
 

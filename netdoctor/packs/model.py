@@ -11,13 +11,14 @@ from collections.abc import Mapping
 from dataclasses import field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from netdoctor.errors import RulesError
-from netdoctor.inventory.model import Hca, Inventory, Port
-from netdoctor.inventory.queries import gpu_proximity
 from netdoctor.records import record
 from netdoctor.util import natural_key
+
+if TYPE_CHECKING:     # a pack is read without the inventory model (`fleet report` reads its settings)
+    from netdoctor.inventory.model import Hca, Inventory, Port
 
 ROLES = ("compute", "storage", "management", "unused")
 # Tables of a pack that are not check sections.
@@ -69,6 +70,8 @@ class PortClass:
         if self.hca_names and not any(fnmatch.fnmatchcase(hca.name, pattern) for pattern in self.hca_names):
             return False
         if self.near_gpu is not None and inventory is not None:
+            from netdoctor.inventory.queries import gpu_proximity
+
             near = gpu_proximity(inventory, hca).near
             if near is not None and near != self.near_gpu:
                 return False
@@ -161,5 +164,7 @@ class RulePack:
         evidence: dict[str, Any] = {"port_class": port_class.name if port_class else None,
                                     "role": role_of(port_class)}
         if any(item.near_gpu is not None for item in self.port_classes):
+            from netdoctor.inventory.queries import gpu_proximity
+
             evidence["gpu_proximity"] = gpu_proximity(inventory, hca).basis
         return evidence
