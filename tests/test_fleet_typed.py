@@ -2,7 +2,8 @@
 
 `bounded.decode_report` takes a plain report into msgspec Structs, its findings' `evidence`
 left raw; anything else goes `decode_first`'s way. Whatever a node sends, the summary, or
-the error and its message, is the one `json` alone gives.
+the error and its message, is the one `json` alone gives, but for the one difference kept on
+purpose (`test_a_replaced_value_is_not_digit_checked_on_the_typed_way`).
 """
 
 from __future__ import annotations
@@ -218,3 +219,40 @@ def test_a_lower_integer_limit_lowers_what_is_taken_unread() -> None:
         assert same_on_both_paths(text)[0] == "BadJson"
     finally:
         sys.set_int_max_str_digits(limit)
+
+
+def test_a_replaced_value_is_not_digit_checked_on_the_typed_way() -> None:
+    """The one difference left on purpose (netdoctor.fleet.typed): a key given twice keeps its last
+    value on both ways, but a 5,000-digit integer in the value it replaces is refused by json alone.
+    The typed way then summarises the node by its last values, as json does the same report
+    without the integer."""
+    finding = json.dumps({**MTU_WARN, "evidence": {"mtu": 1}})
+    doubled = finding.replace('"evidence":', '"evidence": ' + BIG + ', "evidence":', 1)
+    text = report_text([]).replace('"findings": []', '"findings": [' + doubled + "]")
+    assert outcome(text, False)[0] == "BadJson"
+    typed = outcome(text, True)
+    assert typed[0] == "summary" and typed[3] is True
+    assert typed[1] == outcome(report_text([json.loads(finding)]), False)[1]
+
+
+def test_a_junk_findings_list_goes_the_plain_way() -> None:
+    """Thousands of empty findings (a hostile node under its size budget): no Struct and no dict
+    each on the typed way; decoded as json decodes them, summarised alike."""
+    text = report_text([{}] * 5000 + [MTU_WARN])
+    fast = same_on_both_paths(text)
+    assert fast[3] is False
+    typed = decode_report(report_text([{"status": None}] * 100 + [MTU_WARN]))[0]
+    passed, rest, measured = typed.summary_split(typed["findings"], ("error-counters",), frozenset({"warn"}))
+    assert [finding["check"] for finding in rest] == [MTU_WARN["check"]]
+
+
+def test_a_directory_named_dot_names_its_files_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fleet report .`: a file's source is `bad.json`, not `./bad.json` (a Path joined it so)."""
+    from netdoctor.fleet.collect import FleetCollector
+
+    (tmp_path / "bad.json").write_text("not json\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    collector = FleetCollector()
+    collector.add_path(Path("."))
+    [node] = collector.finish()
+    assert node.source == "bad.json" and node.grade == "invalid"

@@ -36,6 +36,7 @@ PHY_BER_METRIC = "pre_fec_ber_log10"       # netdoctor.fleet.metrics says how it
 # dict of exact-str keys takes CPython's fast lookup, which the summary loop does per finding.
 _STATUS_SEVERITY = {str(status): severity for status, severity in STATUS_SEVERITY.items()}
 _WARN_SEVERITY = _STATUS_SEVERITY["warn"]
+_JUDGED_STATUSES = frozenset(_STATUS_SEVERITY) - {"pass"}   # what a finding that does not pass may say
 
 # More check ids than any pack has is not a netdoctor report (and would widen every node's row
 # of the HTML grid).
@@ -250,7 +251,7 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
     # findings that do not pass, and those of the metric checks apart.)
     split = getattr(data, "summary_split", None)
     if split is not None:
-        passed, rest, measured = split(findings, METRIC_CHECKS)
+        passed, rest, measured = split(findings, METRIC_CHECKS, _JUDGED_STATUSES)
     else:
         passed = _passed(findings)
         rest = measured = [finding for finding in findings if finding.__class__ is dict

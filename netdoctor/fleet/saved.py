@@ -141,6 +141,8 @@ class SavedInputs:
         file without a usable report names.
         """
         if path.is_dir():
+            # Named as Path(path) / name would name it (`bad.json`, not `./bad.json`), without a Path each.
+            directory = str(path)
             for entry in sorted(os.scandir(path), key=lambda entry: entry.name):
                 if entry.name.startswith("."):
                     continue
@@ -150,7 +152,8 @@ class SavedInputs:
                     log.warning("fleet input skipped", path=entry.path, error=error.strerror or str(error))
                     continue
                 if regular:
-                    self._add_file(entry.path, in_directory=True)   # (a str: no Path per file)
+                    self._add_file(entry.name if directory == "." else os.path.join(directory, entry.name),
+                                   in_directory=True)
             return
         self._add_file(path, in_directory=in_directory)
 
@@ -169,7 +172,7 @@ class SavedInputs:
         if handle is None:
             self._add_report(report, source, None)
             return
-        suffix = os.path.splitext(source)[1]
+        suffix = _suffix(source)
         stderr_capture = suffix == _STDERR_SUFFIX
         with handle:
             # One read of the head tells a report from shell output (no readline and seek:
@@ -219,3 +222,10 @@ def _first_line(text: str, position: int) -> str:
     """The line of `text` starting at `position`, cut for a summary."""
     end = text.find("\n", position, position + _MAX_NOISE_CHARS + 1)
     return text[position:end if end >= 0 else position + _MAX_NOISE_CHARS].rstrip()
+
+
+def _suffix(path: str) -> str:
+    """`Path(path).suffix` without a Path: the last name's `.json` (`..json` too), not a leading dot's."""
+    name = os.path.basename(path)
+    dot = name.rfind(".")
+    return name[dot:] if 0 < dot < len(name) - 1 else ""
