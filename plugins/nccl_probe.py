@@ -20,7 +20,7 @@ from typing import Any
 from netdoctor.checks import CheckContext, Finding, Status, check
 from netdoctor.errors import RulesError
 from netdoctor.inventory.model import Inventory
-from netdoctor.inventory.visibility import HIDING_STATES, STATE_TEXT, device_node_state
+from netdoctor.inventory.visibility import HIDING_STATES, device_node_state, hiding_reason
 from netdoctor.probe.expectation import GpuLinks, expected_busbw, nvlink_version_name, size_text
 from netdoctor.probe.result import LocalisationRow, ProbeResult
 from netdoctor.report.model import STATUS_SEVERITY
@@ -46,9 +46,8 @@ def _cuda_blind(ctx: CheckContext, reason: str, base: dict[str, Any]) -> Finding
     gpus = ctx.inventory.gpus
     states = {device_node_state(ctx.inventory, gpu.pci_address or "") for gpu in gpus}
     if states and states <= set(HIDING_STATES):
-        why = " / ".join(STATE_TEXT[state] for state in HIDING_STATES if state in states)
-        return ctx.skip("node", f"the {len(gpus)} NVIDIA GPU(s) are hidden from this process ({why}): "
-                        f"nothing to probe here ({reason})", evidence=base)
+        return ctx.skip("node", f"the {len(gpus)} NVIDIA GPU(s) are hidden from this process "
+                        f"({hiding_reason(states)}): nothing to probe here ({reason})", evidence=base)
     address = next((gpu.pci_address for gpu in gpus if gpu.pci_address), None)
     bound = f"`lspci -k -s {address}` names the driver each GPU is bound to; " if address else ""
     return ctx.unknown("node", f"{len(gpus)} NVIDIA GPU(s) on this node, but CUDA cannot use them: {reason}",

@@ -61,12 +61,9 @@ _fast = _FastDecoder().decode if _FastDecoder is not None else None
 _FAST_MARGIN_FRAMES = 4
 
 
-def _fast_decode(text: str, frames: int = _FAST_MARGIN_FRAMES) -> object:
-    return _fast_decode(text, frames - 1) if frames else _fast(text)   # type: ignore[misc]
-
-
-def _typed_decode(text: str, frames: int = _FAST_MARGIN_FRAMES) -> object:
-    return _typed_decode(text, frames - 1) if frames else _typed(text)   # type: ignore[misc]
+def _deeper(decode: Callable[[str], object], text: str, frames: int = _FAST_MARGIN_FRAMES) -> object:
+    """`decode(text)` called `frames` frames deeper than here (see above)."""
+    return _deeper(decode, text, frames - 1) if frames else decode(text)
 
 
 def _plain_decode(data: bytes) -> object:
@@ -116,7 +113,7 @@ def decode_first(text: str, position: int = 0) -> tuple[object, str]:
     _count(text)
     if _fast is not None:
         try:
-            return _fast_decode(text[position:] if position else text), ""
+            return _deeper(_fast, text[position:] if position else text), ""  # type: ignore[arg-type]
         except Exception:              # noqa: BLE001  (`json` below says what is wrong, if anything)
             pass
     while position < len(text) and text[position] in " \t\r\n":
@@ -140,7 +137,7 @@ def decode_report(text: str, position: int = 0) -> tuple[object, str]:
     its findings' evidence left unread; anything else as `decode_first` decodes it."""
     if _typed is not None and len(text) <= _COUNTED_FROM:
         try:
-            return _typed_decode(text[position:] if position else text), ""
+            return _deeper(_typed, text[position:] if position else text), ""
         except Exception:              # noqa: BLE001  (not plain: decode_first says what it is)
             pass
     return decode_first(text, position)
@@ -153,7 +150,7 @@ def plain_report(data: bytes) -> object | None:
     if _typed is None or len(data) > _COUNTED_FROM:
         return None
     try:
-        return _typed_decode(data)       # type: ignore[arg-type]
+        return _deeper(_typed, data)       # type: ignore[arg-type]
     except Exception:                  # noqa: BLE001
         return None
 

@@ -67,14 +67,18 @@ def missing_from_nvml(node: Inventory) -> list[str]:
     return sorted(set(on_bus) - listed)
 
 
+def hiding_reason(states: set[str]) -> str:
+    """What keeps these device nodes (`HIDING_STATES`) from this process, in words."""
+    return " / ".join(STATE_TEXT[state] for state in HIDING_STATES if state in states)
+
+
 def hidden_gpus(node: Inventory) -> tuple[list[str], str] | None:
     """The bus GPUs NVML does not list whose device node this process may not open, and why;
     None when there are none."""
     hidden = [address for address in missing_from_nvml(node) if device_node_state(node, address) in HIDING_STATES]
     if not hidden:
         return None
-    states = {device_node_state(node, address) for address in hidden}
-    reason = " / ".join(STATE_TEXT[state] for state in HIDING_STATES if state in states)
+    reason = hiding_reason({device_node_state(node, address) for address in hidden})
     who = hidden_by(node.visibility)
     return hidden, f"{reason}: {who}" if who else reason
 
