@@ -242,7 +242,7 @@ def test_a_junk_findings_list_goes_the_plain_way() -> None:
     fast = same_on_both_paths(text)
     assert fast[3] is False
     typed = decode_report(report_text([{"status": None}] * 100 + [MTU_WARN]))[0]
-    passed, rest, measured = typed.summary_split(typed["findings"], ("error-counters",), frozenset({"warn"}))
+    passed, rest, measured = typed.summary_split(typed["findings"], frozenset({"warn"}))
     assert [finding["check"] for finding in rest] == [MTU_WARN["check"]]
 
 

@@ -251,7 +251,7 @@ def summarize_report(data: Any, source: str = "", host_hint: str | None = None) 
     # findings that do not pass, and those of the metric checks apart.)
     split = getattr(data, "summary_split", None)
     if split is not None:
-        passed, rest, measured = split(findings, METRIC_CHECKS, _JUDGED_STATUSES)
+        passed, rest, measured = split(findings, _JUDGED_STATUSES)
     else:
         passed = _passed(findings)
         rest = measured = [finding for finding in findings if finding.__class__ is dict

@@ -82,23 +82,20 @@ class TypedReport(dict):  # type: ignore[type-arg]
     """The keys of a `Report` the summary reads, as a dict would give them, its `findings` a
     list of `Finding`s; `summary_split` gives what `model.summarize_report` takes of those."""
 
-    __slots__ = ("metric_evidence",)
+    __slots__ = ("measured",)
 
-    def summary_split(self, findings: list[Finding], metric_checks: tuple[str, ...], judged: frozenset[str]) \
+    def summary_split(self, findings: list[Finding], judged: frozenset[str]) \
             -> tuple[set[str], list[dict[str, Any]], list[dict[str, Any]]]:
         """The checks of the non-shadow findings that pass; the non-shadow findings of a check
         with a status in `judged` (those the summary counts), as dicts (their `evidence`, never
-        read, None); and those of `metric_checks`, as dicts of their check, status and evidence."""
+        read, None); and the metric checks' findings, as dicts of their check, status and evidence."""
         passed = {finding.check for finding in findings if finding.status == "pass" and not finding.shadow}
         passed.discard(None)
         rest = [{"check": finding.check, "status": finding.status, "subject": finding.subject,
                  "summary": finding.summary, "shadow": finding.shadow, "evidence": None}
                 for finding in findings
                 if finding.status in judged and finding.check is not None and not finding.shadow]
-        measured = [{"check": finding.check, "status": finding.status, "evidence": evidence}
-                    for finding, evidence in zip([finding for finding in findings if finding.check in metric_checks],
-                                                 self.metric_evidence)]
-        return passed, rest, measured
+        return passed, rest, self.measured
 
 
 _EVIDENCE = attrgetter("evidence")
@@ -125,14 +122,16 @@ def typed_decoder(decode_plain: Callable[[bytes], Any], metric_checks: tuple[str
         typed = TypedReport(schema=report.schema, host=report.host, grade=report.grade, findings=findings,
                             checks=report.checks, probe=report.probe, versions=report.versions,
                             neighbors=report.neighbors, fabric=report.fabric)
-        metric = ()
+        metric: list[Finding] = []
         if findings:
             if len(findings) > _MAX_FINDINGS:
                 raise ValueError("more findings than a report has")
             if max(map(len, map(_EVIDENCE, findings))) > _raw_bound():
                 raise ValueError("an evidence too long to be taken unread")
-            metric = [finding.evidence for finding in findings if finding.check in metric_checks]
-        typed.metric_evidence = decode_plain(b"[" + b",".join(metric) + b"]") if metric else ()
+            metric = [finding for finding in findings if finding.check in metric_checks]
+        evidence = decode_plain(b"[" + b",".join(map(_EVIDENCE, metric)) + b"]") if metric else ()
+        typed.measured = [{"check": finding.check, "status": finding.status, "evidence": value}
+                          for finding, value in zip(metric, evidence)]
         return typed
 
     return decode_report
