@@ -1,7 +1,7 @@
 """Whole blocks of a saved sweep (`FleetCollector.feed_text`) against the line path (`feed_lines`).
 
 A host's block of pretty-printed lines is taken whole where it ends in its own `host: }` line;
-that line is looked for first around where the last block ended (`_take_block`), so a close
+that line is looked for first around where the last block ended (`fleet.blocks`), so a close
 found there may not be the first one. Whatever the block holds (two reports of one sender, an
 indent=0 report whose inner `}` lines stand alone, braces and `host: }` inside strings, another
 host's line in the middle, a report cut short), the verdicts are the line path's.
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from netdoctor.fleet import collect
+from netdoctor.fleet.blocks import GUESS_SLACK
 from netdoctor.fleet.collect import FleetCollector
 from test_fleet_collect import LINK_FAIL, MTU_WARN, make_report, prefixed
 
@@ -53,8 +53,8 @@ def test_a_later_close_of_the_same_sender_is_never_taken_for_the_first() -> None
     # (the case holds what it claims: n2's second close is where n1's block ended, its first is not)
     start = sum(map(len, first))
     second_close = start + sum(map(len, n2_short)) + sum(map(len, n2_second)) - len("n2: }\n")
-    assert abs(second_close - (start + sum(map(len, first)))) < collect._GUESS_SLACK
-    assert sum(map(len, n2_short)) < sum(map(len, first)) - collect._GUESS_SLACK
+    assert abs(second_close - (start + sum(map(len, first)))) < GUESS_SLACK
+    assert sum(map(len, n2_short)) < sum(map(len, first)) - GUESS_SLACK
     blocks, by_line = verdicts(lines)
     assert blocks == by_line
     assert blocks["n1"][0] == "pass"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import TextIO
 
@@ -237,9 +238,11 @@ class Run:
 
     A pretty-printed object closes with `}` at column 0, so `brace` (`host: }`, a line
     without its newline) and `close` (the same with it) are the only lines that can end it.
+    Each such line is a try to decode the lines so far; what bounds the tries is `may_close`.
     """
 
-    __slots__ = ("host", "prefix", "brace", "close", "lines", "source", "blocks", "size")
+    __slots__ = ("host", "prefix", "brace", "close", "lines", "source", "blocks", "size",
+                 "tries", "garbled", "depth", "scanned")
 
     def __init__(self, host: str, lines: list[str], source: str) -> None:
         self.host = host
@@ -250,6 +253,44 @@ class Run:
         self.source = source
         self.blocks = True             # False once interleaved: `feed_text` then goes line by line
         self.size = sum(map(len, lines)) + LINE_OVERHEAD * len(lines)
+        self.tries = 0                 # decodes tried at its `}` lines
+        self.garbled = False           # broken before its end: no line to come can mend it
+        self.depth = 0                 # brackets open outside strings in `lines[:scanned]`
+        self.scanned = 0
+
+    def may_close(self) -> bool:
+        """Whether a try to decode the lines so far may end the run: the first tries, then
+        only where the first value's brackets (outside strings) may have closed.
+
+        Every `}` line used to re-read the whole run: a node that printed `{`, then `"k": {`
+        and `}` line after line, took hours to read at 16 MiB. The depth is exact for a valid
+        beginning of JSON (no string spans a line); text that is not one is `garbled` at a try.
+        """
+        if self.garbled:
+            return False
+        if self.tries < FREE_CLOSE_TRIES or self.depth < 0:
+            return True
+        new = strip_prefix(self.lines[self.scanned:], self.prefix)
+        self.scanned = len(self.lines)
+        brackets = _NOT_BRACKET.sub("", _STRING.sub("", new))
+        closing = brackets.count("}") + brackets.count("]")
+        if self.depth > closing:       # cannot reach 0 in these lines
+            self.depth += len(brackets) - 2 * closing
+            return False
+        for bracket in brackets:
+            self.depth += 1 if bracket in "{[" else -1
+            if self.depth <= 0:
+                self.depth = -1        # closed (or broken): every try from now on
+                return True
+        return False
+
+
+# A run is tried at its first `}` lines whatever its brackets (a report printed with indent=0
+# closes an inner object at column 0 a few times); after these, as `Run.may_close` says.
+# Engineering default.
+FREE_CLOSE_TRIES = 8
+_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
 def strip_prefix(lines: list[str], prefix: str) -> str:

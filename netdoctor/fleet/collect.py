@@ -31,12 +31,12 @@ from netdoctor.fleet.bounded import (
     Run,
     bounded_lines,
     decode_report,
-    decode_whole,
     describe_json_error,
     exact_lines,
     refused_json,
     strip_prefix,
 )
+from netdoctor.fleet.blocks import BlockReader
 from netdoctor.fleet.budget import BUDGET_ENV, NodeBudget, too_large
 from netdoctor.fleet.model import NodeGrade, NodeSummary, no_report, summarize_report
 from netdoctor.fleet.saved import MORE_THAN_ONE, SavedInputs, refusal
@@ -51,7 +51,6 @@ _TASK_LABEL = re.compile(r"^ *(?P<task>\d{1,9}): ")
 # After the `}` that closes an object printed with indent=0, an inner one is followed by
 # one of these; anything else after a `}` at column 0 may end the report.
 _INNER_CLOSE = (",", "]", "}")
-_GUESS_SLACK = 2048   # how far around the last block's length a block's close is looked for first (`_take_block`; engineering default)
 
 
 class CollectorObserver(Protocol):
@@ -90,7 +89,7 @@ class FleetCollector(SavedInputs):
         self._file_fallbacks: set[str] = set()
         self._run: Run | None = None
         self._parked = 0         # characters of the open reports but `_run`'s
-        self._block_chars = 0    # length of the last block taken whole (`_take_block`)
+        self._blocks = BlockReader()
 
     # ---- inputs -------------------------------------------------------------------------
 
@@ -146,18 +145,21 @@ class FleetCollector(SavedInputs):
         """pdsh/clush output in chunks that end at line ends; the same as `feed_lines`.
 
         A saved sweep mostly holds each host's report as one contiguous block of lines.
-        Such a block is found and decoded with C-speed string operations (`_take_block`)
+        Such a block is found and decoded with C-speed string operations (`fleet.blocks`)
         and taken whole; anything else (interleaved hosts, shell messages) goes line by line.
         """
+        blocks = self._blocks
         for chunk in chunks:
             position = 0
             length = len(chunk)
+            blocks.new_chunk(chunk)
             while position < length:
                 run = self._run
                 if run is not None and run.blocks:
-                    taken = self._take_block(run, chunk, position)
-                    if taken:
-                        position = taken
+                    taken = blocks.take(run, chunk, position)
+                    if taken is not None:
+                        position, data = taken
+                        self._end_run(run, data)
                         continue
                     # Interleaved: this run goes line by line to its end (no rescans).
                     run.blocks = False
@@ -169,50 +171,6 @@ class FleetCollector(SavedInputs):
                     self._append(run, line)
                 else:
                     self.feed_line(line, source)
-
-    def _take_block(self, run: Run, chunk: str, position: int) -> int:
-        """End of the run's block if it ends in this chunk, holds only this host's lines and
-        completes its JSON object; else 0 (and nothing is taken: the caller goes line by line).
-
-        The block is taken with the newline before it, so that one `str.replace` strips
-        every prefix; the number of prefixes it removed, against the number of lines, shows
-        that no other host's line is interleaved. Anything else that is not plain (an
-        indent=0 object whose inner `}` line ended the block early, a glued `}n4: {` line)
-        fails to decode and is left to the line-by-line path that handles it.
-        """
-        prefix, close = run.prefix, run.close
-        if chunk.startswith(close, position):
-            end = position + len(close)
-        else:
-            marker = "\n" + close
-            found = -1
-            guess = self._block_chars
-            if guess:
-                # Reports alike are alike in length: first look where the last block ended (a few KiB,
-                # not ~20 KiB of pretty lines). A close there that is not the first makes a block that
-                # fails to decode whole (two objects) and goes the line path, or one that decodes
-                # whole: what the line path makes of it too (no earlier `}` line could end it).
-                found = chunk.find(marker, max(position, position + guess - _GUESS_SLACK), position + guess + _GUESS_SLACK)
-            if found < 0:
-                found = chunk.find(marker, position)
-                if found < 0:
-                    return 0
-            end = found + 1 + len(close)
-        # `position` is a line start: after the chunk's start or the previous line's "\n".
-        block = chunk[position - 1:end] if position else "\n" + chunk[:end]
-        body = block.replace("\n" + prefix, "\n")
-        if len(block) - len(body) != (body.count("\n") - 1) * len(prefix):   # (the shorter text: the same "\n"s)
-            return 0
-        if run.size + len(block) > MAX_REPORT_CHARS:
-            return 0
-        pending = strip_prefix(run.lines, prefix) if run.lines else ""
-        try:
-            data = decode_whole(pending + body, decode_report)
-        except ValueError:             # left to the line path, which says why
-            return 0
-        self._block_chars = end - position
-        self._end_run(run, data)
-        return end
 
     def feed_stream(self, stream: TextIO, source: str = "") -> None:
         """A live stream of pdsh/clush style output (a sweep's stdout, stdin), line by line
@@ -350,11 +308,17 @@ class FleetCollector(SavedInputs):
 
     def _close_run(self, run: Run) -> None:
         """A `}` at column 0: the end of the run's object, unless it does not decode yet."""
+        if not run.may_close():
+            return
+        run.tries += 1
         text = strip_prefix(run.lines, run.prefix)
         try:
             data, rest = decode_report(text)
-        except json.JSONDecodeError:
-            return                     # an inner `}` line of a garbled object: keep reading
+        except json.JSONDecodeError as error:
+            # Not complete yet, or broken before its end for good (JSON has no token across a
+            # line end): then no later `}` line is tried. Either way, read on.
+            run.garbled = error.pos < len(text)
+            return
         except BadJson as error:
             self._drop_run(run)
             self._refuse(run.host, refused_json(error), run.source)
