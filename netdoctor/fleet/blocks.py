@@ -54,9 +54,10 @@ class BlockReader:
                 # not ~20 KiB of pretty lines). A close there that is not the first makes a block that
                 # fails to decode whole (two objects) and goes the line path, or one that decodes
                 # whole: what the line path makes of it too (no earlier `}` line could end it).
-                start, stop = max(position, position + guess - GUESS_SLACK), position + guess + GUESS_SLACK
+                start = min(len(chunk), max(position, position + guess - GUESS_SLACK))
+                stop = min(len(chunk), position + guess + GUESS_SLACK)
                 found = chunk.find(marker, start, stop)
-                self.scan_left -= (found if found >= 0 else min(stop, len(chunk))) - start
+                self.scan_left -= (found if found >= 0 else stop) - start
             if found < 0:
                 found = chunk.find(marker, position)
                 self.scan_left -= (found if found >= 0 else len(chunk)) - position

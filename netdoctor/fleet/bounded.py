@@ -233,12 +233,22 @@ def _skip_to_line_end(handle: TextIO, limit: int) -> None:
             return
 
 
+# A run is tried at its first `}` lines whatever its brackets (a report printed with indent=0
+# closes an inner object at column 0 a few times); after these, as `Run.try_close` says.
+# Engineering default.
+FREE_CLOSE_TRIES = 8
+# A JSON string, or the rest of its line where it does not end there (always a match, so that
+# the search never starts again at each `"` of a long line); and what is not a bracket.
+_STRING = re.compile(r'"[^"\\\n]*(?:\\.[^"\\\n]*)*"?')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
 class Run:
     """The host whose JSON object is being reassembled from consecutive lines.
 
     A pretty-printed object closes with `}` at column 0, so `brace` (`host: }`, a line
     without its newline) and `close` (the same with it) are the only lines that can end it.
-    Each such line is a try to decode the lines so far; what bounds the tries is `may_close`.
+    Each such line is a try to decode the lines so far, where `try_close` says so.
     """
 
     __slots__ = ("host", "prefix", "brace", "close", "lines", "source", "blocks", "size",
@@ -258,21 +268,33 @@ class Run:
         self.depth = 0                 # brackets open outside strings in `lines[:scanned]`
         self.scanned = 0
 
-    def may_close(self) -> bool:
-        """Whether a try to decode the lines so far may end the run: the first tries, then
-        only where the first value's brackets (outside strings) may have closed.
+    def try_close(self) -> bool:
+        """Whether to try to decode the lines so far (the try is counted): the first tries, then
+        only where the first value's brackets outside strings may have closed; never once `garbled`.
 
         Every `}` line used to re-read the whole run: a node that printed `{`, then `"k": {`
         and `}` line after line, took hours to read at 16 MiB. The depth is exact for a valid
-        beginning of JSON (no string spans a line); text that is not one is `garbled` at a try.
+        beginning of JSON, which has no string across a line end; text that is not one is found
+        `garbled` at a try, or at the end (what a skipped try would have said first, a
+        `NaN` or a nesting too deep, may then be said by another reason: `invalid` either way).
+        Lines end in "\n" (or none does, as some tests feed them); where a line without one is
+        last, its string may go on in the next: a try is made.
         """
         if self.garbled:
             return False
-        if self.tries < FREE_CLOSE_TRIES or self.depth < 0:
-            return True
-        new = strip_prefix(self.lines[self.scanned:], self.prefix)
-        self.scanned = len(self.lines)
-        brackets = _NOT_BRACKET.sub("", _STRING.sub("", new))
+        if self.tries >= FREE_CLOSE_TRIES and self.depth >= 0:
+            new = self.lines[self.scanned:]
+            joined = "".join(new) if self.lines[0].endswith("\n") else "\n".join(new)
+            if joined.endswith("\n") or not self.lines[0].endswith("\n"):
+                self.scanned = len(self.lines)
+                if not self._may_have_closed(joined[len(self.prefix):].replace("\n" + self.prefix, "\n")):
+                    return False
+        self.tries += 1
+        return True
+
+    def _may_have_closed(self, text: str) -> bool:
+        """`text` follows `lines[:scanned]`: whether the brackets outside strings reach depth 0 in it."""
+        brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
         closing = brackets.count("}") + brackets.count("]")
         if self.depth > closing:       # cannot reach 0 in these lines
             self.depth += len(brackets) - 2 * closing
@@ -283,14 +305,6 @@ class Run:
                 self.depth = -1        # closed (or broken): every try from now on
                 return True
         return False
-
-
-# A run is tried at its first `}` lines whatever its brackets (a report printed with indent=0
-# closes an inner object at column 0 a few times); after these, as `Run.may_close` says.
-# Engineering default.
-FREE_CLOSE_TRIES = 8
-_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 
 
 def strip_prefix(lines: list[str], prefix: str) -> str:

@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Protocol, TextIO
 
+from netdoctor.fleet.blocks import BlockReader
 from netdoctor.fleet.bounded import (
     LINE_OVERHEAD,
     MAX_REPORT_CHARS,
@@ -36,7 +37,6 @@ from netdoctor.fleet.bounded import (
     refused_json,
     strip_prefix,
 )
-from netdoctor.fleet.blocks import BlockReader
 from netdoctor.fleet.budget import BUDGET_ENV, NodeBudget, too_large
 from netdoctor.fleet.model import NodeGrade, NodeSummary, no_report, summarize_report
 from netdoctor.fleet.saved import MORE_THAN_ONE, SavedInputs, refusal
@@ -308,16 +308,15 @@ class FleetCollector(SavedInputs):
 
     def _close_run(self, run: Run) -> None:
         """A `}` at column 0: the end of the run's object, unless it does not decode yet."""
-        if not run.may_close():
+        if not run.try_close():
             return
-        run.tries += 1
         text = strip_prefix(run.lines, run.prefix)
         try:
             data, rest = decode_report(text)
         except json.JSONDecodeError as error:
-            # Not complete yet, or broken before its end for good (JSON has no token across a
-            # line end): then no later `}` line is tried. Either way, read on.
-            run.garbled = error.pos < len(text)
+            # Not complete yet, or broken before its end for good where what comes next starts a
+            # line (JSON has no token across a line end): then no later `}` line is tried. Read on.
+            run.garbled = error.pos < len(text) and (text.endswith("\n") or not run.lines[0].endswith("\n"))
             return
         except BadJson as error:
             self._drop_run(run)
