@@ -6,7 +6,9 @@ Each input goes to the real CLI (`fleet report FILE --format json`) in a child p
 old code (`--tree DIR` or `--rev REV`, put first on sys.path without the editable finder) and
 this tree taking turns, and the child's wall time, CPU time (user + system) and peak RSS
 (VmHWM) are recorded: median wall of --repeat runs (3; --limits-repeat 1 for the nodes at the
-limits), best CPU, largest RSS. `--decoders` adds this tree with the standard library's json
+limits), best CPU (the child's own children too), largest RSS; where a large sweep's second half
+is read ahead by a forked child (netdoctor.fleet.ahead), that child's peak RSS is shown beside
+(`+ N MiB ahead`: pages shared since the fork count in both). `--decoders` adds this tree with the standard library's json
 alone (msgspec turned off), so the decoder's share shows in the same run. Usage:
 
     python benchmarks/fleet_report_bench.py --tree /work/before --work /tmp/fbench [--decoders]
@@ -32,6 +34,7 @@ import platform
 import statistics
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -166,8 +169,26 @@ def _prelude(tree: Path | None, stdlib_json: bool = False) -> str:
     return code
 
 
+# The peak RSS of the child that reads a large sweep's second half ahead (netdoctor.fleet.ahead),
+# written where BENCH_AHEAD_RSS says once its work is done (code without it writes nothing).
+_AHEAD_RSS = (
+    "import os\n"
+    "try:\n"
+    "    import netdoctor.fleet.ahead as _ahead\n"
+    "except ImportError:\n"
+    "    _ahead = None\n"
+    "if _ahead is not None:\n"
+    "    _take = _ahead._take_ahead\n"
+    "    def _measured(*args):\n"
+    "        _take(*args)\n"
+    "        with open(os.environ['BENCH_AHEAD_RSS'], 'w') as out:\n"
+    "            out.write(str(peak_rss_kib()))\n"
+    "    _ahead._take_ahead = _measured\n"
+)
+
+
 def _child(tree: Path | None, *args: str, stdlib_json: bool = False) -> list[str]:
-    code = (_prelude(tree, stdlib_json) + "from netdoctor.fleet.cli import main\ncode=main(sys.argv[1:])\n"
+    code = (_prelude(tree, stdlib_json) + _AHEAD_RSS + "from netdoctor.fleet.cli import main\ncode=main(sys.argv[1:])\n"
             "sys.stderr.write('PEAK_RSS_KIB %d\\n' % peak_rss_kib())\nsys.exit(code)")
     return [sys.executable, "-c", code, *args]
 
@@ -176,10 +197,12 @@ def run_once(path: Path, repo: Path, tree: Path | None = None, stdlib_json: bool
     """Wall seconds, CPU seconds, child peak RSS in MiB, and what the fleet report says (counts,
     outliers, drift, odd leaves, nodes dropped as too large), for one CLI run."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    ahead_rss = Path(tempfile.mkdtemp()) / "ahead-rss"
     started = time.perf_counter()
     with tempfile.TemporaryFile() as stdout:
         done = subprocess.run(_child(tree, "report", str(path), "--format", "json", stdlib_json=stdlib_json),
-                              stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=repo, timeout=1200)
+                              stdout=stdout, stderr=subprocess.PIPE, text=True, cwd=repo, timeout=1200,
+                              env={**os.environ, "BENCH_AHEAD_RSS": str(ahead_rss)})
         wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if done.returncode not in (0, 1, 2):
@@ -188,12 +211,15 @@ def run_once(path: Path, repo: Path, tree: Path | None = None, stdlib_json: bool
         report = json.load(stdout)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     rss_kib = int(done.stderr.rsplit("PEAK_RSS_KIB ", 1)[1].split()[0])
+    ahead_kib = int(ahead_rss.read_text()) if ahead_rss.exists() else 0
+    shutil.rmtree(ahead_rss.parent)
     drift = [entry for entry in report.get("drift", []) if entry["minority"]]
     too_large = sum(1 for node in report["nodes"] if (node.get("top") or {}).get("summary", "").startswith("too large"))
     return wall, cpu, rss_kib / 1024, {
         "counts": report["counts"], "outliers": len(report["outliers"]), "nodes": len(report["nodes"]),
         "drift": {entry["what"]: sum(map(len, entry["minority"].values())) for entry in drift},
-        "odd_leaves": [entry["leaf"] for entry in report.get("rails", []) if entry["odd"]], "too_large": too_large}
+        "odd_leaves": [entry["leaf"] for entry in report.get("rails", []) if entry["odd"]], "too_large": too_large,
+        "ahead_mib": round(ahead_kib / 1024)}
 
 
 def compare(inputs: dict[str, Path], repo: Path, variants: dict[str, tuple[Path | None, bool]], repeat: int,
@@ -213,8 +239,9 @@ def compare(inputs: dict[str, Path], repo: Path, variants: dict[str, tuple[Path 
             said = done[0][3]
             if said["nodes"] != nodes:
                 raise SystemExit(f"{label}, {variant}: {said['nodes']} nodes in the fleet report, expected {nodes}")
+            ahead = max(run[3]["ahead_mib"] for run in done)
             cells.append(f"{statistics.median(run[0] for run in done):.2f} s / {min(run[1] for run in done):.2f} s / "
-                         f"{max(run[2] for run in done):.0f} MiB")
+                         f"{max(run[2] for run in done):.0f} MiB" + (f" + {ahead} MiB ahead" if ahead else ""))
             print(f"  [{label}, {variant}] walls {', '.join(f'{run[0]:.2f}' for run in done)}; {said}", file=sys.stderr)
         print(f"| {label} | {size / 2**20:.0f} MiB | " + " | ".join(cells) + " |", flush=True)
 

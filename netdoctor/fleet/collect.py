@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
-from typing import Protocol, TextIO
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from netdoctor.fleet.blocks import BlockReader
 from netdoctor.fleet.bounded import (
@@ -44,6 +44,9 @@ from netdoctor.fleet.shell import KEPT_LINES as _KEPT_NOISE_LINES
 from netdoctor.fleet.shell import MAX_LINE_CHARS as _MAX_NOISE_CHARS
 from netdoctor.fleet.shell import SHELL_STARTS, ShellMessages
 from netdoctor.logging import get_logger
+
+if TYPE_CHECKING:
+    from netdoctor.fleet.ahead import Taken
 
 log = get_logger(__name__)
 
@@ -141,25 +144,35 @@ class FleetCollector(SavedInputs):
             if run is not None:
                 run_prefix, run_brace, run_append = run.prefix, run.brace, run.lines.append
 
-    def feed_text(self, chunks: Iterable[str], source: str = "") -> None:
+    def feed_text(self, chunks: Iterable[str], source: str = "",
+                  taken_ahead: Callable[[int], Mapping[int, Taken] | None] | None = None) -> None:
         """pdsh/clush output in chunks that end at line ends; the same as `feed_lines`.
 
         A saved sweep mostly holds each host's report as one contiguous block of lines.
         Such a block is found and decoded with C-speed string operations (`fleet.blocks`)
         and taken whole; anything else (interleaved hosts, shell messages) goes line by line.
+        `taken_ahead(i)`: the blocks of chunk i taken ahead by another process (`fleet.ahead`),
+        each used where this collector's run is the one assumed there.
         """
         blocks = self._blocks
-        for chunk in chunks:
+        for index, chunk in enumerate(chunks):
             position = 0
             length = len(chunk)
             blocks.new_chunk(chunk)
+            ahead = taken_ahead(index) if taken_ahead is not None else None
             while position < length:
                 run = self._run
                 if run is not None and run.blocks:
-                    taken = blocks.take(run, chunk, position)
-                    if taken is not None:
-                        position, data = taken
-                        self._end_run(run, data)
+                    known = ahead.get(position) if ahead else None
+                    if known is not None and run.lines == [known[0]] and chunk.startswith(run.close, known[1] - len(run.close)):
+                        position, summary = known[1], known[2]
+                    elif (taken := blocks.take(run, chunk, position)) is not None:
+                        position, summary = taken[0], summarize_report(taken[1], run.source, run.host)
+                    else:
+                        summary = None
+                    if summary is not None:
+                        self._drop_run(run)
+                        self._store(summary)
                         continue
                     # Interleaved: this run goes line by line to its end (no rescans).
                     run.blocks = False
@@ -324,11 +337,6 @@ class FleetCollector(SavedInputs):
             return
         self._drop_run(run)
         self._end_report(run.host, data, rest, run.source)
-
-    def _end_run(self, run: Run, data: object) -> None:
-        """The run's JSON object is complete (and nothing follows it): summarize it."""
-        self._drop_run(run)
-        self._store(summarize_report(data, run.source, run.host))
 
     def _drop_run(self, run: Run) -> None:
         if self._pending.get(run.host) is not run:

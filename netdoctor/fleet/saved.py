@@ -19,11 +19,12 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from netdoctor.errors import UsageError
+from netdoctor.fleet.ahead import Taken, feed_in_halves
 from netdoctor.fleet.bounded import (MAX_REPORT_CHARS, BadJson, chunks, decode_report, describe_json_error, plain_report,
                                       read_head, refused_json)
 from netdoctor.fleet.model import NodeGrade, NodeSummary, SenderReport, no_report, summarize_report
@@ -85,7 +86,8 @@ def _said(entry: SenderReport, named: bool, detail_chars: int = _REPORT_WHY_CHAR
 class SavedInputs:
     """`FleetCollector`'s reading of saved files; the collector gives the methods below."""
 
-    def feed_text(self, chunks: Iterable[str], source: str = "") -> None:
+    def feed_text(self, chunks: Iterable[str], source: str = "",
+                  taken_ahead: Callable[[int], Mapping[int, Taken] | None] | None = None) -> None:
         raise NotImplementedError
 
     def _store(self, summary: NodeSummary) -> None:
@@ -178,8 +180,9 @@ class SavedInputs:
             # One read of the head tells a report from shell output (no readline and seek:
             # ten thousand small report files are read in one piece each).
             head = handle.read(_SNIFF_CHARS)
+            whole = True                        # `head` is the file's start
             while head and head.isspace():     # leading blanks mean nothing to JSON or pdsh
-                head = handle.read(_SNIFF_CHARS)
+                head, whole = handle.read(_SNIFF_CHARS), False
             first_line = _first_non_blank_line(head)
             first = first_line[:1]
             if not first:
@@ -208,7 +211,9 @@ class SavedInputs:
                 raise UsageError(f"fleet input {path} is neither a netdoctor report nor parallel-shell output "
                                  f"(`host: line`); it starts {first_line.strip()[:_SHOWN_CHARS]!r} (a node's own "
                                  "output files, srun's --output=DIR/%N.out: give their directory)")
-            self.feed_text(chunks(handle, head=head), source)
+            # A large sweep: its second half's blocks taken by a child ahead, on another CPU.
+            if not (more and whole and feed_in_halves(self, handle.fileno(), source)):
+                self.feed_text(chunks(handle, head=head), source)
 
 
 def _first_non_blank_line(text: str) -> str:

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import select
 import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO
 
 # Waiting for a FIFO's reader when the caller names no deadline (the default --deadline).
 DEFAULT_WAIT_S = 10.0
@@ -262,3 +263,45 @@ def open_text(path: Path) -> TextIO:
     """The file at `path` as text whose lines end only at "\n" (a lone CR is data, as a parallel
     shell cut the lines), undecodable bytes replaced. For large inputs read as a stream."""
     return path.open("r", encoding="utf-8", errors="replace", newline="\n")
+
+
+class _Span(io.RawIOBase):
+    """Bytes `start` to `stop` (None: to its end, however long it grows) of an open file."""
+
+    def __init__(self, descriptor: int, start: int, stop: int | None) -> None:
+        super().__init__()
+        self._descriptor, self._position, self._stop = descriptor, start, stop
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        wanted = len(buffer) if self._stop is None else min(len(buffer), self._stop - self._position)
+        data = os.pread(self._descriptor, wanted, self._position) if wanted > 0 else b""
+        buffer[:len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            os.close(self._descriptor)
+        super().close()
+
+
+def open_span(descriptor: int, start: int, stop: int | None = None) -> TextIO:
+    """Bytes `start` to `stop` of the open file `descriptor` (not moved; its own copy is closed with
+    the stream) as `open_text` reads a file; `start` must be a line start: the text is then that
+    of the whole file's lines from there."""
+    span = _Span(os.dup(descriptor), start, stop)
+    return io.TextIOWrapper(io.BufferedReader(span, 1 << 20), encoding="utf-8", errors="replace", newline="\n")
+
+
+def regular_size(descriptor: int) -> int:
+    """The size of the open file `descriptor`, or -1 where it is not a regular file (a pipe)."""
+    info = os.fstat(descriptor)
+    return info.st_size if stat.S_ISREG(info.st_mode) else -1
+
+
+def read_at(descriptor: int, offset: int, size: int) -> bytes:
+    """At most `size` bytes of the open file `descriptor` from `offset` (its position not moved)."""
+    return os.pread(descriptor, size, offset)

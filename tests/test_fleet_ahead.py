@@ -1,0 +1,180 @@
+"""A large saved sweep read in two halves, a forked child taking the second half's blocks ahead
+(`netdoctor.fleet.ahead`): every node's verdict, the order and every word are what one process
+reading the file whole gives, whatever the file holds around the split, and whether the child
+keeps ahead, falls behind or dies. The size threshold is lowered here; the speed is
+benchmarks/fleet_report_bench.py's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from netdoctor.fleet import ahead, collect
+from netdoctor.fleet.collect import FleetCollector
+from netdoctor.host import forked
+from test_fleet_collect import LINK_FAIL, MTU_WARN, make_report, prefixed
+from test_fleet_fuzz import sweeps
+
+
+def pretty(sender: str, grade: str = "pass", indent: int | None = 2, **extra: Any) -> list[str]:
+    findings = {"pass": None, "warn": [MTU_WARN], "fail": [LINK_FAIL, MTU_WARN]}.get(grade)
+    return prefixed(sender, json.dumps(make_report(sender, grade, findings) | extra, indent=indent))
+
+
+def honest(first: int, count: int) -> list[str]:
+    return [line for index in range(first, first + count)
+            for line in pretty(f"n{index}", ("pass", "warn", "fail")[index % 3], indent=(2, 0, None, 2)[index % 4])]
+
+
+def read(path: Path, *, forked_child: bool) -> list[dict[str, Any]]:
+    """Every node as `fleet report` keeps it, the file read in halves or in one piece."""
+    collector = FleetCollector()
+    if forked_child:
+        collector.add_path(path)
+    else:
+        real = ahead.fork_work
+        ahead.fork_work = lambda work: None      # type: ignore[assignment]
+        try:
+            collector.add_path(path)
+        finally:
+            ahead.fork_work = real
+    return [node.to_json() for node in collector.finish(expected_hosts=["n99"])]
+
+
+@pytest.fixture
+def halves(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Any sweep file is read in halves; counts the chunks the child gave and the parent's own summaries."""
+    monkeypatch.setattr(ahead, "MIN_SPLIT_BYTES", 0)
+    counted = {"chunks": 0, "blocks": 0, "summarized": 0}
+    given_blocks, summarize = ahead._Ahead.blocks, collect.summarize_report
+
+    def blocks(self: Any, index: int) -> Any:
+        taken = given_blocks(self, index)
+        counted["chunks"] += taken is not None
+        counted["blocks"] += len(taken or ())
+        return taken
+
+    def summarized(*args: Any, **kwargs: Any) -> Any:
+        counted["summarized"] += 1
+        return summarize(*args, **kwargs)
+
+    monkeypatch.setattr(ahead._Ahead, "blocks", blocks)
+    monkeypatch.setattr(collect, "summarize_report", summarized)
+    return counted
+
+
+@pytest.fixture
+def patient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The parent waits for the child's next chunk (up to 30 s): it is read in halves however
+    loaded the machine, so the child's blocks are used, not only the parent's own."""
+    given = forked.ForkedWork.next_message
+
+    def next_message(self: forked.ForkedWork) -> bytes | None:
+        deadline = time.monotonic() + 30
+        while (message := given(self)) is None and time.monotonic() < deadline and self._descriptor >= 0:
+            time.sleep(0.002)
+        return message
+
+    monkeypatch.setattr(forked.ForkedWork, "next_message", next_message)
+
+
+def test_hostile_lines_on_both_sides_of_the_split_are_judged_as_read_whole(tmp_path: Path, halves: dict[str, int],
+                                                                          patient: None) -> None:
+    first = (honest(0, 100) + pretty("dup") + pretty("dup", "fail")        # two reports: `invalid`, its lines dropped after
+             + pretty("n5", "warn") + ["n7: not json\n", "pdsh@head: n99: ssh exited with exit code 255\n"]
+             + pretty("cut")[:5])                                          # never closed: open across the split
+    second = (honest(100, 100) + pretty("dup", "pass")                      # a third report of a refused sender
+              + pretty("n3", "fail")                                       # a second report, across the halves
+              + pretty("cut", "fail")                                      # its lines go to the open report
+              + [line for pair in zip(pretty("a1"), pretty("a2", "fail")) for line in pair]   # interleaved
+              + pretty("n41", "pass", host="n42")                          # names another host of the sweep
+              + pretty("t", "fail")[:-1] + ["t: } and more\n"] + honest(200, 100))
+    path = tmp_path / "sweep.out"
+    path.write_text("".join(first + second))
+    in_halves = read(path, forked_child=True)
+    child = dict(halves)
+    assert in_halves == read(path, forked_child=False)
+    # The child took the second half's blocks (half of its reports are indent=0 or one line: not
+    # blocks), and each it took is a report the parent did not read again, but two: dup's third (the
+    # parent drops what a refused sender sends) and cut's (the parent's run there is cut's first).
+    assert child["chunks"] == 1 and child["blocks"] >= 80
+    assert halves["summarized"] - child["summarized"] == child["summarized"] + child["blocks"] - 2
+
+
+@settings(max_examples=max(10, int(os.environ.get("NETDOCTOR_FUZZ_EXAMPLES", "100")) // 10), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(sweep=sweeps(), share=st.floats(0.05, 0.95))
+def test_any_sweep_split_anywhere_is_judged_as_read_whole(tmp_path: Path, halves: dict[str, int], patient: None,
+                                                        sweep: tuple[list[str], dict[str, list[str]], set[str]],
+                                                        share: float) -> None:
+    output, _, _ = sweep
+    path = tmp_path / "sweep.out"
+    path.write_text("".join(honest(100, 80) + output + honest(200, 80)), encoding="utf-8", errors="surrogatepass", newline="")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ahead, "PARENT_SHARE", share)
+        assert read(path, forked_child=True) == read(path, forked_child=False)
+
+
+@pytest.mark.parametrize("child", ["slow", "dies"])
+def test_a_child_behind_or_dead_leaves_the_work_to_the_parent(tmp_path: Path, halves: dict[str, int],
+                                                             monkeypatch: pytest.MonkeyPatch, child: str) -> None:
+    def slow(*args: Any) -> None:
+        time.sleep(120)
+
+    def dies(*args: Any) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(ahead, "_take_ahead", slow if child == "slow" else dies)
+    path = tmp_path / "sweep.out"
+    path.write_text("".join(honest(0, 200)))
+    started = time.monotonic()
+    assert read(path, forked_child=True) == read(path, forked_child=False)
+    assert halves["chunks"] == 0
+    assert time.monotonic() - started < 60             # the parent never waited for the child
+
+
+def test_forked_messages_arrive_whole_and_in_order() -> None:
+    work = forked.fork_work(lambda send: [send(str(number).encode() * number) for number in range(1, 40)])
+    assert work is not None
+    received: list[bytes] = []
+    deadline = time.monotonic() + 60
+    while len(received) < 39 and time.monotonic() < deadline:
+        message = work.next_message()
+        if message is None:
+            time.sleep(0.01)
+        else:
+            received.append(message)
+    work.close()
+    assert received == [str(number).encode() * number for number in range(1, 40)]
+    assert work.next_message() is None
+
+
+def test_a_message_half_written_is_not_read(tmp_path: Path) -> None:
+    spool = os.open(tmp_path / "spool", os.O_RDWR | os.O_CREAT)
+    work = forked.ForkedWork(os.getpid(), spool)
+    os.write(spool, forked._HEADER.pack(5) + b"abc")
+    assert work.next_message() is None
+    os.write(spool, b"de")
+    assert work.next_message() == b"abcde"
+    assert work.next_message() is None
+    os.close(spool)
+
+
+def test_no_fork_while_another_thread_runs() -> None:
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert forked.fork_work(lambda send: None) is None
+    finally:
+        stop.set()
+        thread.join()
