@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from netdoctor.fleet import ahead, collect
+from netdoctor.fleet import ahead, bounded, collect
 from netdoctor.fleet.collect import FleetCollector
 from netdoctor.host import forked
 from test_fleet_collect import LINK_FAIL, MTU_WARN, make_report, prefixed
@@ -112,15 +112,16 @@ def test_hostile_lines_on_both_sides_of_the_split_are_judged_as_read_whole(tmp_p
 
 @settings(max_examples=max(10, int(os.environ.get("NETDOCTOR_FUZZ_EXAMPLES", "100")) // 10), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
-@given(sweep=sweeps(), share=st.floats(0.05, 0.95))
+@given(sweep=sweeps(), share=st.floats(0.05, 0.95), chunk=st.sampled_from([500, 4096, 1 << 22]))
 def test_any_sweep_split_anywhere_is_judged_as_read_whole(tmp_path: Path, halves: dict[str, int], patient: None,
                                                         sweep: tuple[list[str], dict[str, list[str]], set[str]],
-                                                        share: float) -> None:
+                                                        share: float, chunk: int) -> None:
     output, _, _ = sweep
     path = tmp_path / "sweep.out"
     path.write_text("".join(honest(100, 80) + output + honest(200, 80)), encoding="utf-8", errors="surrogatepass", newline="")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ahead, "PARENT_SHARE", share)
+        patch.setattr(bounded, "CHUNK_CHARS", chunk)      # each half in one piece, or in many
         assert read(path, forked_child=True) == read(path, forked_child=False)
 
 
@@ -178,3 +179,36 @@ def test_no_fork_while_another_thread_runs() -> None:
     finally:
         stop.set()
         thread.join()
+
+
+def test_a_child_reaped_by_the_kernel_is_no_error(tmp_path: Path) -> None:
+    # SIGCHLD ignored, as a parent may leave it: the kernel reaps the child, waitpid finds none.
+    import signal
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        work = forked.fork_work(lambda send: time.sleep(60))
+        assert work is not None
+        descriptors = len(os.listdir("/proc/self/fd"))
+        work.close()
+        assert len(os.listdir("/proc/self/fd")) == descriptors - 1      # its spool closed
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+
+
+@pytest.mark.parametrize(("groups", "files", "cpus"), [
+    ("0::/job/step\n", {"job/cpu.max": "100000 100000\n", "job/step/cpu.max": "max 100000\n"}, 1),   # v2, the job's quota
+    ("0::/job\n", {"job/cpu.max": "max 100000\n"}, 2),                                               # v2, none
+    ("3:cpu,cpuacct:/docker/abc\n0::/\n", {"cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "150000\n",   # v1: 1.5 CPUs
+                                          "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n"}, 1),
+    ("3:cpu,cpuacct:/docker/abc\n", {"cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "-1\n",
+                                      "cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n"}, 2),
+    ("garbage\n", {}, 2),
+])
+def test_usable_cpus_are_the_affinity_at_most_the_cgroup_quota(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               groups: str, files: dict[str, str], cpus: int) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    (tmp_path / "cgroup").write_text(groups)
+    for name, text in files.items():
+        (tmp_path / "root" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "root" / name).write_text(text)
+    assert forked.usable_cpus(str(tmp_path / "cgroup"), str(tmp_path / "root")) == cpus

@@ -143,3 +143,30 @@ def test_hosts_whose_lines_alternate_cost_a_bounded_search_per_chunk(before: str
     assert verdicts(blocks) == verdicts(by_line)
     assert {host: grade for host, (grade, _) in verdicts(blocks).items()} == {"n1": "invalid", "n2": "invalid"} | (
         {"n0": "pass"} if before else {})
+
+
+def test_a_block_taken_whole_counts_its_lines_as_the_line_path_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under the report limit in characters, over it with what each line costs beside its text:
+    # `invalid` whether the block is taken whole (in one chunk) or line by line (across chunks).
+    monkeypatch.setattr(collect, "MAX_REPORT_CHARS", 100_000)
+    monkeypatch.setattr("netdoctor.fleet.blocks.MAX_REPORT_CHARS", 100_000)
+    report = make_report("n1", findings=[]) | {"samples": [1234567] * 4000}   # no inner `}` line: one block
+    lines = prefixed("n1", json.dumps(report, indent=0))
+    assert sum(map(len, lines)) < 100_000 < sum(map(len, lines)) + 64 * len(lines)
+    whole, by_line = FleetCollector(), FleetCollector()
+    whole.feed_text(["".join(lines)])
+    by_line.feed_lines(lines)
+    assert verdicts(whole) == verdicts(by_line)
+    assert verdicts(whole)["n1"][0] == "invalid"
+
+
+@pytest.mark.parametrize("offset", [0, 1, 77, 150, 399])
+def test_a_saved_line_over_the_limit_is_cut_at_the_limit_wherever_the_pieces_end(offset: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from netdoctor.fleet.bounded import bounded_lines, chunks
+    monkeypatch.setattr(bounded, "CHUNK_CHARS", 400)
+    text = "a: short\n" * (offset // 9) + "b: " + "x" * 5000 + "\nc: after\n"
+    cut = [line for chunk in chunks(io.StringIO(text), limit=1000) for line in chunk.splitlines(keepends=True)]
+    assert cut == list(bounded_lines(io.StringIO(text), limit=1000))
+    assert [line for line in cut if line.startswith("b: ")] == ["b: " + "x" * 997 + "\n"]

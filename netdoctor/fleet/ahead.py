@@ -9,7 +9,8 @@ block; where its run at a block is the one the child assumed there (the host's f
 that first line), it takes the child's summary instead of doing the same work on the same text
 again. Verdicts, order and the report's memory budget are the parent's, the same as read whole.
 Wherever the child is not there yet (a loaded machine) or gone, the parent does the work itself,
-and ends the child.
+and ends the child. (A file rewritten in place while it is read gives a mix of its versions,
+read whole or in halves.)
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ MIN_SPLIT_BYTES = 32 << 20
 # `_WINDOW_BYTES` there. Engineering defaults.
 PARENT_SHARE = 0.45
 _WINDOW_BYTES = 1 << 16
-# A line start after a host's `}` line and before another's `{...` line: no report open across it.
+# A line start after a host's `}` line and before another's `{...` line: where one report most
+# likely ended and another begins (other hosts' reports may still be open: the parent's check
+# at each block makes that safe).
 _BETWEEN_REPORTS = re.compile(rb"\n[^\s:]+: \}\n(?=[^\s:]+: \{)")
 _CHUNK_INDEX = struct.Struct("<I")
 

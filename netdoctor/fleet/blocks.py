@@ -8,7 +8,7 @@ block holds, taking it whole gives what the line path gives (tests/test_fleet_bl
 
 from __future__ import annotations
 
-from netdoctor.fleet.bounded import MAX_REPORT_CHARS, Run, decode_report, decode_whole, strip_prefix
+from netdoctor.fleet.bounded import LINE_OVERHEAD, MAX_REPORT_CHARS, Run, decode_report, decode_whole, strip_prefix
 
 # How far around the last block's length a block's close is looked for first (engineering default).
 GUESS_SLACK = 2048
@@ -68,9 +68,10 @@ class BlockReader:
         block = chunk[position - 1:end] if position else "\n" + chunk[:end]
         self.scan_left -= 3 * len(block)
         body = block.replace("\n" + prefix, "\n")
-        if len(block) - len(body) != (body.count("\n") - 1) * len(prefix):   # (the shorter text: the same "\n"s)
+        lines = body.count("\n") - 1  # (the shorter text: the same "\n"s)
+        if len(block) - len(body) != lines * len(prefix):
             return None
-        if run.size + len(block) > MAX_REPORT_CHARS:
+        if run.size + len(block) - 1 + LINE_OVERHEAD * lines > MAX_REPORT_CHARS:   # as the line path counts them
             return None
         pending = strip_prefix(run.lines, prefix) if run.lines else ""
         self.scan_left -= len(pending)

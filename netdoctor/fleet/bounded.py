@@ -206,15 +206,17 @@ def bounded_lines(handle: TextIO, limit: int = MAX_REPORT_CHARS) -> Iterator[str
 
 def chunks(handle: TextIO, limit: int = MAX_REPORT_CHARS, head: str = "") -> Iterator[str]:
     """A file in pieces of about `CHUNK_CHARS`, each ending at a line end; a line longer
-    than `limit` is cut there. `head`: what was already read of it."""
+    than `limit` is cut there (as `bounded_lines` cuts it: wherever the pieces end, so that
+    a file read in other pieces, `fleet.ahead`, reads the same). `head`: what was already read of it."""
     while True:
         chunk = head + handle.read(CHUNK_CHARS)
         head = ""
         if not chunk:
             return
         if not chunk.endswith("\n"):
-            tail = handle.readline(limit)
-            if not tail.endswith("\n") and len(tail) >= limit:
+            room = max(1, limit - (len(chunk) - 1 - chunk.rfind("\n")))   # what the line may still take
+            tail = handle.readline(room)
+            if not tail.endswith("\n") and len(tail) >= room:
                 _skip_to_line_end(handle, limit)
             chunk += tail if tail.endswith("\n") else tail + "\n"
         yield chunk
