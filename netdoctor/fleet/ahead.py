@@ -4,7 +4,7 @@ Most of `fleet report sweep.out` goes to taking each host's block whole (`fleet.
 prefixes stripped, the report decoded and summarized), ~70 % of 1.9 s for 10,000 pretty-printed
 nodes on the 2-core VM. A child forked at the start takes the blocks of the file's second half
 while the parent reads the first, and sends each block's summary, with the block's first line
-and end, per chunk. The parent then reads the second half as ever, line by line and block by
+and end, per chunk (as JSON: `fleet.wire`). The parent then reads the second half as ever, line by line and block by
 block; where its run at a block is the one the child assumed there (the host's fresh run of just
 that first line), it takes the child's summary instead of doing the same work on the same text
 again. Verdicts, order and the report's memory budget are the parent's, the same as read whole.
@@ -15,7 +15,6 @@ read whole or in halves.)
 
 from __future__ import annotations
 
-import pickle
 import re
 import struct
 from collections.abc import Callable, Iterable, Mapping
@@ -25,15 +24,17 @@ from netdoctor.fleet.blocks import BlockReader
 from netdoctor.fleet.bounded import Run, chunks
 from netdoctor.fleet.model import NodeSummary, summarize_report
 from netdoctor.host.files import open_span, read_at, regular_size
+from netdoctor.fleet.wire import decode_summaries, encode_summaries
 from netdoctor.host.forked import ForkedWork, fork_work
 
 # Smaller sweeps are read in one piece: a fork costs ~10 ms and 10,000 one-line reports are ~100 MB.
 MIN_SPLIT_BYTES = 32 << 20
 # The parent's share of the file: it reads the rest too, at about a quarter of the cost where the
-# child took the blocks, so it reaches the second half about when the child is done (measured on
-# the 2-core VM: benchmarks/results/fleet.md). Where the second half starts is looked for in
-# `_WINDOW_BYTES` there. Engineering defaults.
-PARENT_SHARE = 0.45
+# child took the blocks, and the child also writes what it took as JSON; halves keep the child
+# ahead to the end (0.45 left it behind in the last chunks of some runs on the 2-core VM:
+# benchmarks/results/fleet.md). Where the second half starts is looked for in `_WINDOW_BYTES`
+# there. Engineering defaults.
+PARENT_SHARE = 0.5
 _WINDOW_BYTES = 1 << 16
 # A line start after a host's `}` line and before another's `{...` line: where one report most
 # likely ended and another begins (other hosts' reports may still be open: the parent's check
@@ -75,10 +76,11 @@ def feed_in_halves(collector: _Collector, descriptor: int, source: str) -> bool:
     return True
 
 
-def _blocks_in(chunk: str, source: str, reader: BlockReader) -> dict[int, Taken]:
-    """The blocks of `chunk` that `reader` takes whole after a line that opens a report. Where
-    none is taken, the host's next lines are skipped, as the parent appends them to its run."""
-    taken: dict[int, Taken] = {}
+def _blocks_in(chunk: str, source: str, reader: BlockReader) -> list[tuple[int, str, int, NodeSummary]]:
+    """The blocks of `chunk` that `reader` takes whole after a line that opens a report, each by the
+    position after that line. Where none is taken, the host's next lines are skipped, as the parent
+    appends them to its run."""
+    taken: list[tuple[int, str, int, NodeSummary]] = []
     reader.new_chunk(chunk)
     position, length = 0, len(chunk)
     while position < length:
@@ -90,7 +92,7 @@ def _blocks_in(chunk: str, source: str, reader: BlockReader) -> dict[int, Taken]
             block = reader.take(Run(host, [line], source), chunk, line_end)
             if block is not None:
                 end, data = block
-                taken[line_end] = (line, end, summarize_report(data, source, host))
+                taken.append((line_end, line, end, summarize_report(data, source, host)))
                 position = end
                 continue
             prefix = host + separator
@@ -105,7 +107,7 @@ def _take_ahead(descriptor: int, start: int, source: str, send: Callable[[bytes]
     reader = BlockReader()
     with open_span(descriptor, start) as handle:
         for index, chunk in enumerate(chunks(handle)):
-            send(_CHUNK_INDEX.pack(index) + pickle.dumps(_blocks_in(chunk, source, reader), pickle.HIGHEST_PROTOCOL))
+            send(_CHUNK_INDEX.pack(index) + encode_summaries(_blocks_in(chunk, source, reader)))
 
 
 class _Ahead:
@@ -120,7 +122,6 @@ class _Ahead:
         while (message := self._work.next_message()) is not None:
             (sent,) = _CHUNK_INDEX.unpack_from(message)
             if sent == index:
-                taken: dict[int, Taken] = pickle.loads(memoryview(message)[_CHUNK_INDEX.size:])
-                return taken
+                return decode_summaries(memoryview(message)[_CHUNK_INDEX.size:])
         self._work.close()
         return None
