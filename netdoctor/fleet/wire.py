@@ -9,6 +9,7 @@ equals the one sent (tests/test_fleet_ahead.py).
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from netdoctor.fleet.model import NodeGrade, NodeSummary, TopFinding
@@ -46,16 +47,29 @@ def _wire(node: NodeSummary) -> list[Any]:
 
 
 def _summary(wire: list[Any]) -> NodeSummary:
+    """The summary `_wire` spelled out; its names interned as `summarize_report` and `kept` intern
+    them (ten thousand nodes share one copy of each check id, status, port and leaf)."""
     (host, grade, top, check_statuses, check_summaries, metrics, source, reported_host, other_findings, gpus, rails,
      rails_guessed, platform, nvlink_domain, probe, versions, findings, reports) = wire
+    intern = sys.intern
     return NodeSummary(
-        host=host, grade=NodeGrade(grade), top=_top_back(top), check_statuses=check_statuses,
-        check_summaries=check_summaries, metrics=metrics, source=source, reported_host=reported_host,
-        other_findings=other_findings, gpus=gpus, rails=tuple(map(tuple, rails)), rails_guessed=rails_guessed,
-        platform=tuple(platform) if platform is not None else None,
-        nvlink_domain=tuple(nvlink_domain) if nvlink_domain is not None else None,
-        probe=probe, versions=versions, findings=tuple(map(tuple, findings)),
+        host=host, grade=NodeGrade(grade), top=_top_back(top),
+        check_statuses={intern(check): intern(status) for check, status in check_statuses.items()},
+        check_summaries={intern(check): summary for check, summary in check_summaries.items()},
+        metrics=metrics, source=source, reported_host=reported_host, other_findings=other_findings, gpus=gpus,
+        rails=tuple((intern(port), rate, gpu, _interned(guid), _interned(name)) for port, rate, gpu, guid, name in rails),
+        rails_guessed=rails_guessed, platform=tuple(platform) if platform is not None else None,
+        nvlink_domain=(_interned(nvlink_domain[0]), nvlink_domain[1], _interned(nvlink_domain[2]), *nvlink_domain[3:])
+        if nvlink_domain is not None else None,
+        probe=probe,
+        versions={kind: intern(value) if value.__class__ is str else
+                  {intern(model): intern(version) for model, version in value.items()} for kind, value in versions.items()},
+        findings=tuple((intern(check), subject, intern(status), summary) for check, subject, status, summary in findings),
         reports=tuple((source, NodeGrade(grade), _top_back(top)) for source, grade, top in reports))
+
+
+def _interned(text: str | None) -> str | None:
+    return sys.intern(text) if text is not None else None
 
 
 def _top(top: TopFinding | None) -> list[str | None] | None:
