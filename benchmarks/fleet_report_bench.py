@@ -8,7 +8,8 @@ this tree taking turns, and the child's wall time, CPU time (user + system) and 
 (VmHWM) are recorded: median wall of --repeat runs (3; --limits-repeat 1 for the nodes at the
 limits), best CPU (the child's own children too), largest RSS; where a large sweep's second half
 is read ahead by a forked child (netdoctor.fleet.ahead), that child's peak RSS is shown beside
-(`+ N MiB ahead`: pages shared since the fork count in both). `--decoders` adds this tree with the standard library's json
+(`+ N MiB ahead`: pages shared since the fork count in both; its PSS at the end of its work,
+shared pages counted half, beside). `--decoders` adds this tree with the standard library's json
 alone (msgspec turned off), so the decoder's share shows in the same run. Usage:
 
     python benchmarks/fleet_report_bench.py --tree /work/before --work /tmp/fbench [--decoders]
@@ -181,8 +182,9 @@ _AHEAD_RSS = (
     "    _take = _ahead._take_ahead\n"
     "    def _measured(*args):\n"
     "        _take(*args)\n"
+    "        pss = [line.split()[1] for line in open('/proc/self/smaps_rollup') if line.startswith('Pss:')]\n"
     "        with open(os.environ['BENCH_AHEAD_RSS'], 'w') as out:\n"
-    "            out.write(str(peak_rss_kib()))\n"
+    "            out.write(f'{peak_rss_kib()} {pss[0] if pss else 0}')\n"
     "    _ahead._take_ahead = _measured\n"
 )
 
@@ -211,7 +213,7 @@ def run_once(path: Path, repo: Path, tree: Path | None = None, stdlib_json: bool
         report = json.load(stdout)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     rss_kib = int(done.stderr.rsplit("PEAK_RSS_KIB ", 1)[1].split()[0])
-    ahead_kib = int(ahead_rss.read_text()) if ahead_rss.exists() else 0
+    ahead_kib, ahead_pss_kib = map(int, ahead_rss.read_text().split()) if ahead_rss.exists() else (0, 0)
     shutil.rmtree(ahead_rss.parent)
     drift = [entry for entry in report.get("drift", []) if entry["minority"]]
     too_large = sum(1 for node in report["nodes"] if (node.get("top") or {}).get("summary", "").startswith("too large"))
@@ -219,7 +221,7 @@ def run_once(path: Path, repo: Path, tree: Path | None = None, stdlib_json: bool
         "counts": report["counts"], "outliers": len(report["outliers"]), "nodes": len(report["nodes"]),
         "drift": {entry["what"]: sum(map(len, entry["minority"].values())) for entry in drift},
         "odd_leaves": [entry["leaf"] for entry in report.get("rails", []) if entry["odd"]], "too_large": too_large,
-        "ahead_mib": round(ahead_kib / 1024)}
+        "ahead_mib": round(ahead_kib / 1024), "ahead_pss_mib": round(ahead_pss_kib / 1024)}
 
 
 def compare(inputs: dict[str, Path], repo: Path, variants: dict[str, tuple[Path | None, bool]], repeat: int,
@@ -239,9 +241,9 @@ def compare(inputs: dict[str, Path], repo: Path, variants: dict[str, tuple[Path 
             said = done[0][3]
             if said["nodes"] != nodes:
                 raise SystemExit(f"{label}, {variant}: {said['nodes']} nodes in the fleet report, expected {nodes}")
-            ahead = max(run[3]["ahead_mib"] for run in done)
+            ahead, ahead_pss = (max(run[3][key] for run in done) for key in ("ahead_mib", "ahead_pss_mib"))
             cells.append(f"{statistics.median(run[0] for run in done):.2f} s / {min(run[1] for run in done):.2f} s / "
-                         f"{max(run[2] for run in done):.0f} MiB" + (f" + {ahead} MiB ahead" if ahead else ""))
+                         f"{max(run[2] for run in done):.0f} MiB" + (f" + {ahead} MiB ahead (PSS {ahead_pss})" if ahead else ""))
             print(f"  [{label}, {variant}] walls {', '.join(f'{run[0]:.2f}' for run in done)}; {said}", file=sys.stderr)
         print(f"| {label} | {size / 2**20:.0f} MiB | " + " | ".join(cells) + " |", flush=True)
 

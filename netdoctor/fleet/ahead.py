@@ -4,7 +4,7 @@ Most of `fleet report sweep.out` goes to taking each host's block whole (`fleet.
 prefixes stripped, the report decoded and summarized), ~70 % of 1.9 s for 10,000 pretty-printed
 nodes on the 2-core VM. A child forked at the start takes the blocks of the file's second half
 while the parent reads the first, and sends each block's summary, with the block's first line
-and end, per chunk (as JSON: `fleet.wire`). The parent then reads the second half as ever, line by line and block by
+and end, per chunk (`fleet.wire`). The parent then reads the second half as ever, line by line and block by
 block; where its run at a block is the one the child assumed there (the host's fresh run of just
 that first line), it takes the child's summary instead of doing the same work on the same text
 again. Verdicts, order and the report's memory budget are the parent's, the same as read whole.
@@ -30,11 +30,10 @@ from netdoctor.host.forked import ForkedWork, fork_work
 # Smaller sweeps are read in one piece: a fork costs ~10 ms and 10,000 one-line reports are ~100 MB.
 MIN_SPLIT_BYTES = 32 << 20
 # The parent's share of the file: it reads the rest too, at about a quarter of the cost where the
-# child took the blocks, and the child also writes what it took as JSON; halves keep the child
-# ahead to the end (0.45 left it behind in the last chunks of some runs on the 2-core VM:
-# benchmarks/results/fleet.md). Where the second half starts is looked for in `_WINDOW_BYTES`
-# there. Engineering defaults.
-PARENT_SHARE = 0.5
+# child took the blocks, so it reaches the second half about when the child is done (measured on
+# the 2-core VM: benchmarks/results/fleet.md). Where the second half starts is looked for in
+# `_WINDOW_BYTES` there. Engineering defaults.
+PARENT_SHARE = 0.45
 _WINDOW_BYTES = 1 << 16
 # A line start after a host's `}` line and before another's `{...` line: where one report most
 # likely ended and another begins (other hosts' reports may still be open: the parent's check
