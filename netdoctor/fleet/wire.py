@@ -32,7 +32,7 @@ def encode_summaries(entries: list[tuple[int, str, int, NodeSummary]]) -> bytes:
     if _pack is not None:
         try:
             return _MSGPACK + _pack(wire)
-        except (TypeError, ValueError, UnicodeError):    # (msgspec's EncodeError is a ValueError)
+        except Exception:              # noqa: BLE001  (a lone surrogate; anything msgpack cannot hold goes as JSON)
             pass
     return _JSON + _ENCODER.encode(wire).encode("ascii")
 
