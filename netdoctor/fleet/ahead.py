@@ -23,8 +23,8 @@ from typing import Protocol
 from netdoctor.fleet.blocks import BlockReader
 from netdoctor.fleet.bounded import Run, chunks
 from netdoctor.fleet.model import NodeSummary, summarize_report
-from netdoctor.host.files import open_span, read_at, regular_size
 from netdoctor.fleet.wire import decode_summaries, encode_summaries
+from netdoctor.host.files import open_span, read_at, regular_size
 from netdoctor.host.forked import ForkedWork, fork_work
 
 # Smaller sweeps are read in one piece: a fork costs ~10 ms and 10,000 one-line reports are ~100 MB.
