@@ -286,10 +286,10 @@ class Run:
             return False
         if self.tries >= FREE_CLOSE_TRIES and self.depth >= 0:
             new = self.lines[self.scanned:]
-            joined = "".join(new) if self.lines[0].endswith("\n") else "\n".join(new)
-            if joined.endswith("\n") or not self.lines[0].endswith("\n"):
+            newlines = self.lines[0].endswith("\n")     # (how the whole run's lines are joined)
+            if not newlines or (new and new[-1].endswith("\n")):
                 self.scanned = len(self.lines)
-                if not self._may_have_closed(joined[len(self.prefix):].replace("\n" + self.prefix, "\n")):
+                if not self._may_have_closed(strip_prefix(new, self.prefix, newlines) if new else ""):
                     return False
         self.tries += 1
         return True
@@ -309,11 +309,13 @@ class Run:
         return False
 
 
-def strip_prefix(lines: list[str], prefix: str) -> str:
+def strip_prefix(lines: list[str], prefix: str, newlines: bool | None = None) -> str:
     """The text of `host: ` prefixed lines without the prefixes, in one C-speed pass.
+    `newlines`: whether the lines end in "\n" (joined as they are) or not (joined with one);
+    by default as the first line says.
 
     A real newline followed by the prefix only occurs at a line start: JSON escapes
     newlines inside strings.
     """
-    joined = "".join(lines) if lines[0].endswith("\n") else "\n".join(lines)
+    joined = "".join(lines) if (lines[0].endswith("\n") if newlines is None else newlines) else "\n".join(lines)
     return joined[len(prefix):].replace("\n" + prefix, "\n")
