@@ -27,7 +27,8 @@ from netdoctor.fleet.wire import decode_summaries, encode_summaries
 from netdoctor.host.files import open_span, read_at, regular_size
 from netdoctor.host.forked import ForkedWork, fork_work
 
-# Smaller sweeps are read in one piece: a fork costs ~10 ms and 10,000 one-line reports are ~100 MB.
+# Smaller sweeps are read in one piece: a fork costs ~10 ms and 10,000 one-line reports are ~100 MB
+# (engineering default).
 MIN_SPLIT_BYTES = 32 << 20
 # The parent's share of the file: it reads the rest too, at about a quarter of the cost where the
 # child took the blocks, so it reaches the second half about when the child is done (measured on
