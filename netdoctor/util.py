@@ -90,10 +90,16 @@ def import_without_rich(name: str) -> ModuleType:
         del sys.modules["rich"]
 
 
+# `\d` is a decimal digit (Unicode Nd), as int() takes them; not `²`, a digit int() refuses (a
+# node's version string may hold one).
+_SPLIT_NUMBERS = re.compile(r"(\d+)").split
+
+
 def natural_key(name: str) -> tuple[int | str, ...]:
     """Sort key that puts `mlx5_10` after `mlx5_9`, not between `mlx5_1` and `mlx5_2` as tools list them."""
-    # isdecimal, not isdigit: `²` is a digit int() refuses (a node's version string may hold one).
-    return tuple(int(part) if part.isdecimal() else part for part in re.split(r"(\d+)", name))
+    parts: list[int | str] = _SPLIT_NUMBERS(name)   # text, number, text, ..., text
+    parts[1::2] = map(int, parts[1::2])
+    return tuple(parts)
 
 
 def cut_text(text: str, limit: int) -> str:
