@@ -52,22 +52,39 @@ def read(path: Path, *, forked_child: bool) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def halves(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """Any sweep file is read in halves; counts the chunks the child gave and the parent's own summaries."""
+    """Any sweep file is read in halves; counts the chunks the child gave, their blocks, those the
+    parent took from the child, the chunks it fed from the child's text and how often it read a
+    chunk after all (from a block on: `resumed`), and its own summaries."""
     monkeypatch.setattr(ahead, "MIN_SPLIT_BYTES", 0)
-    counted = {"chunks": 0, "blocks": 0, "summarized": 0}
-    given_blocks, summarize = ahead._Ahead.blocks, collect.summarize_report
+    counted = {"chunks": 0, "blocks": 0, "used": 0, "fed": 0, "resumed": 0, "summarized": 0}
+    sent: dict[int, Any] = {}     # (the summaries kept, so that no other takes the id of one freed)
+    given_chunk, given_taken, store = ahead.decode_chunk, FleetCollector.feed_taken, FleetCollector._store
+    summarize = collect.summarize_report
 
-    def blocks(self: Any, index: int) -> Any:
-        taken = given_blocks(self, index)
-        counted["chunks"] += taken is not None
-        counted["blocks"] += len(taken or ())
-        return taken
+    def decode_chunk(data: Any) -> Any:
+        texts, taken = given_chunk(data)
+        counted["chunks"] += 1
+        counted["blocks"] += len(taken)
+        sent.update((id(entry[3]), entry[3]) for entry in taken)
+        return texts, taken
+
+    def feed_taken(self: FleetCollector, *args: Any) -> Any:
+        resume = given_taken(self, *args)
+        counted["fed"] += 1
+        counted["resumed"] += resume is not None
+        return resume
+
+    def stored(self: FleetCollector, summary: Any) -> None:
+        counted["used"] += id(summary) in sent
+        store(self, summary)
 
     def summarized(*args: Any, **kwargs: Any) -> Any:
         counted["summarized"] += 1
         return summarize(*args, **kwargs)
 
-    monkeypatch.setattr(ahead._Ahead, "blocks", blocks)
+    monkeypatch.setattr(ahead, "decode_chunk", decode_chunk)
+    monkeypatch.setattr(FleetCollector, "feed_taken", feed_taken)
+    monkeypatch.setattr(FleetCollector, "_store", stored)
     monkeypatch.setattr(collect, "summarize_report", summarized)
     return counted
 
@@ -87,8 +104,11 @@ def patient(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(forked.ForkedWork, "next_message", next_message)
 
 
+@pytest.mark.parametrize("text_part", [1, ahead._TEXT_PART])
 def test_hostile_lines_on_both_sides_of_the_split_are_judged_as_read_whole(tmp_path: Path, halves: dict[str, int],
-                                                                          patient: None) -> None:
+                                                                          patient: None, monkeypatch: pytest.MonkeyPatch,
+                                                                          text_part: int) -> None:
+    monkeypatch.setattr(ahead, "_TEXT_PART", text_part)       # 1: the text around the blocks is always sent
     first = (honest(0, 100) + pretty("dup") + pretty("dup", "fail")        # two reports: `invalid`, its lines dropped after
              + pretty("n5", "warn") + ["n7: not json\n", "pdsh@head: n99: ssh exited with exit code 255\n"]
              + pretty("cut")[:5])                                          # never closed: open across the split
@@ -106,22 +126,46 @@ def test_hostile_lines_on_both_sides_of_the_split_are_judged_as_read_whole(tmp_p
     # The child took the second half's blocks (half of its reports are indent=0 or one line: not
     # blocks), and each it took is a report the parent did not read again, but two: dup's third (the
     # parent drops what a refused sender sends) and cut's (the parent's run there is cut's first).
-    assert child["chunks"] == 1 and child["blocks"] >= 60
-    assert halves["summarized"] - child["summarized"] == child["summarized"] + child["blocks"] - 2
+    assert child["chunks"] == 1 and child["blocks"] >= 60 and child["used"] == child["blocks"] - 2
+    assert halves["summarized"] - child["summarized"] == child["summarized"] + child["used"]
+    # Sent, the text around the blocks is fed as it is, up to dup's block: read from the file from there.
+    assert (child["fed"], child["resumed"]) == ((1, 1) if text_part == 1 else (0, 0))
+
+
+def test_a_block_whose_run_is_dropped_at_once_is_read_from_its_second_line(tmp_path: Path, halves: dict[str, int],
+                                                                         patient: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three reports left open, then a report whose first line is longer than theirs together: opening
+    it passes the budget of open reports, so it is the one dropped (`invalid`, too large)."""
+    monkeypatch.setattr(ahead, "_TEXT_PART", 1)
+    monkeypatch.setattr(collect, "PENDING_BUDGET_CHARS", 1000)
+    opened = [pretty(f"o{index}")[0] for index in range(3)]
+    wide = pretty("wide", "fail")
+    wide[0] = wide[0].rstrip("\n") + " " * 1000 + "\n"
+    path = tmp_path / "sweep.out"
+    path.write_text("".join(honest(0, 60) + opened + honest(60, 40) + wide + honest(100, 60)))
+    monkeypatch.setattr(ahead, "PARENT_SHARE", 0.5)
+    in_halves = read(path, forked_child=True)
+    child = dict(halves)
+    assert in_halves == read(path, forked_child=False)
+    wide_node = next(node for node in in_halves if node["host"] == "wide")
+    assert wide_node["grade"] == "invalid" and "too large" in wide_node["top"]["summary"]
+    assert child["resumed"] == 1 and child["used"] == child["blocks"] - 1
 
 
 @settings(max_examples=max(10, int(os.environ.get("NETDOCTOR_FUZZ_EXAMPLES", "100")) // 10), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
-@given(sweep=sweeps(), share=st.floats(0.05, 0.95), chunk=st.sampled_from([500, 4096, 1 << 22]))
+@given(sweep=sweeps(), share=st.floats(0.05, 0.95), chunk=st.sampled_from([500, 4096, 1 << 22]),
+       text_part=st.sampled_from([1, ahead._TEXT_PART]))
 def test_any_sweep_split_anywhere_is_judged_as_read_whole(tmp_path: Path, halves: dict[str, int], patient: None,
                                                         sweep: tuple[list[str], dict[str, list[str]], set[str]],
-                                                        share: float, chunk: int) -> None:
+                                                        share: float, chunk: int, text_part: int) -> None:
     output, _, _ = sweep
     path = tmp_path / "sweep.out"
     path.write_text("".join(honest(100, 80) + output + honest(200, 80)), encoding="utf-8", errors="surrogatepass", newline="")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ahead, "PARENT_SHARE", share)
         patch.setattr(bounded, "CHUNK_CHARS", chunk)      # each half in one piece, or in many
+        patch.setattr(ahead, "_TEXT_PART", text_part)
         assert read(path, forked_child=True) == read(path, forked_child=False)
 
 
@@ -239,12 +283,15 @@ def test_a_summary_sent_is_the_summary_read_back(monkeypatch: pytest.MonkeyPatch
     from netdoctor.fleet import wire
     from netdoctor.fleet.model import NodeGrade, summarize_report
     from netdoctor.fleet.saved import MORE_THAN_ONE, refusal
-    from netdoctor.fleet.wire import decode_summaries, encode_summaries
+    from netdoctor.fleet.wire import decode_chunk, encode_chunk
     if not msgspec:
         monkeypatch.setattr(wire, "_pack", None)
     report = rich_report("n1")
+    texts = ["n0: {\n", "", "pdsh@head: n9: ssh exited \u00e9\n"]
     if not surrogate:       # (msgpack takes no lone surrogate: that message goes as JSON)
         report["findings"][1]["summary"] = "MTU 1500 \u00e9"
+    else:
+        texts.append("n8: \ud800\n")
     if huge:                # (past msgpack's 64 bits: that message goes as JSON too)
         report["probe"]["rails"] = {"mlx5_0": 2**64}
     rich = summarize_report(report, "sweep.out", "n1")
@@ -252,9 +299,30 @@ def test_a_summary_sent_is_the_summary_read_back(monkeypatch: pytest.MonkeyPatch
     twice = refusal(rich, MORE_THAN_ONE, summarize_report(make_report("n1"), "other.out", "n1"))
     assert twice.reports and twice.grade is NodeGrade.INVALID
     nodes = [rich, twice, summarize_report(make_report("n2"), "", "n2"), summarize_report({"schema": 1}, "", "n3")]
-    sent = encode_summaries([(index, f"n{index}: {{\n", index + 10, node) for index, node in enumerate(nodes)])
+    entries = [(index, f"n{index}: {{\n", index + 10, node) for index, node in enumerate(nodes)]
+    sent = encode_chunk(texts, entries)
     assert sent[:1] == (b"M" if msgspec and not surrogate and not huge else b"J")
-    back = decode_summaries(sent)
-    assert [entry[2] for entry in back.values()] == nodes
-    assert [entry[2].to_json() for entry in back.values()] == [node.to_json() for node in nodes]
-    assert list(back) == [0, 1, 2, 3] and back[1][:2] == ("n1: {\n", 11)
+    assert decode_chunk(sent) == (texts, entries)
+    assert [entry[3].to_json() for entry in decode_chunk(sent)[1]] == [node.to_json() for node in nodes]
+    assert decode_chunk(encode_chunk(None, [])) == (None, [])
+
+
+def test_what_nodes_share_is_sent_once_and_read_back_shared_never_merged_with_a_value_only_equal() -> None:
+    from dataclasses import replace
+
+    from netdoctor.fleet.model import summarize_report
+    from netdoctor.fleet.wire import decode_chunk, encode_chunk
+    report = rich_report("n1")
+    first = summarize_report(report, "sweep.out", "n1")
+    alike = summarize_report(report | {"host": "n2"}, "sweep.out", "n2")
+    statuses = dict(reversed(list(first.check_statuses.items())))             # the same checks in another order
+    reordered = replace(alike, host="n3", check_statuses=statuses)
+    rails = replace(alike, host="n4", rails=((*first.rails[0][:2], 1, *first.rails[0][3:]), *first.rails[1:]))
+    nodes = [first, alike, reordered, rails]
+    back = [entry[3] for entry in decode_chunk(encode_chunk([], [(0, "", 0, node) for node in nodes]))[1]]
+    assert back == nodes and [list(node.check_statuses) for node in back] == [list(node.check_statuses) for node in nodes]
+    assert back[0].check_statuses is back[1].check_statuses is back[3].check_statuses is not back[2].check_statuses
+    assert back[0].rails is back[1].rails is back[2].rails is not back[3].rails and back[3].rails[0][2] == 1
+    assert back[0].versions is back[3].versions
+    negative = summarize_report(report | {"fabric": {**report["fabric"], "rails": [{"port": "mlx5_0:1", "rate_gbps": -0.0}]}})
+    assert str(negative.rails[0][1]) == "0.0"          # one zero: shared with 0.0, either is what the node said

@@ -1,16 +1,17 @@
-"""A large saved sweep read in two halves: the second half's blocks taken by a forked child ahead.
+"""A large saved sweep read in two halves: the second half read and its blocks taken by a forked child ahead.
 
 Most of `fleet report sweep.out` goes to taking each host's block whole (`fleet.blocks`: the
 prefixes stripped, the report decoded and summarized), ~70 % of 1.9 s for 10,000 pretty-printed
-nodes on the 2-core VM. A child forked at the start takes the blocks of the file's second half
-while the parent reads the first, and sends each block's summary, with the block's first line
-and end, per chunk (`fleet.wire`). The parent then reads the second half as ever, line by line and block by
-block; where its run at a block is the one the child assumed there (the host's fresh run of just
-that first line), it takes the child's summary instead of doing the same work on the same text
-again. Verdicts, order and the report's memory budget are the parent's, the same as read whole.
-Wherever the child is not there yet (a loaded machine) or gone, the parent does the work itself,
-and ends the child. (A file rewritten in place while it is read gives a mix of its versions,
-read whole or in halves.)
+nodes on the 2-core VM. A child forked at the start reads the file's second half while the parent
+reads the first. Per chunk it sends the blocks it took (each one's summary, first line and place)
+and the text around them (`fleet.wire`), and the chunk's end in the file. The parent then feeds
+each chunk from that (`FleetCollector.feed_taken`): the text around as ever, each block by its
+first line and summary where its run there is the one the child assumed (the host's fresh run of
+just that first line); where it is not, it reads the chunk from the file and goes on from that
+block as ever. Verdicts, order and the report's memory budget are the parent's, the same as read
+whole. Where the child is not there yet (a loaded machine) or gone, the parent reads the rest
+itself, from the end of the last chunk it had, and ends the child. (A file rewritten in place
+while it is read gives a mix of its versions, read whole or in halves.)
 """
 
 from __future__ import annotations
@@ -23,24 +24,28 @@ from typing import Protocol
 from netdoctor.fleet.blocks import BlockReader
 from netdoctor.fleet.bounded import Run, chunks
 from netdoctor.fleet.model import NodeSummary, summarize_report
-from netdoctor.fleet.wire import decode_summaries, encode_summaries
+from netdoctor.fleet.wire import Entry, decode_chunk, encode_chunk
 from netdoctor.host.files import open_span, read_at, regular_size
 from netdoctor.host.forked import ForkedWork, fork_work
 
 # Smaller sweeps are read in one piece: a fork costs ~10 ms and 10,000 one-line reports are ~100 MB
 # (engineering default).
 MIN_SPLIT_BYTES = 32 << 20
-# The parent's share of the file: it reads the rest too, at about a quarter of the cost where the
-# child took the blocks, so it reaches the second half about when the child is done (measured on
-# the 2-core VM: benchmarks/results/fleet.md). Where the second half starts is looked for in
-# `_WINDOW_BYTES` there. Engineering defaults.
-PARENT_SHARE = 0.45
+# The parent's share of the file: it feeds the rest from the child's messages at about a tenth of
+# the cost of reading it, so it needs them about when the child is done (measured on the 2-core VM:
+# benchmarks/results/fleet.md). Where the second half starts is looked for in `_WINDOW_BYTES` there.
+# Engineering defaults.
+PARENT_SHARE = 0.47
 _WINDOW_BYTES = 1 << 16
 # A line start after a host's `}` line and before another's `{...` line: where one report most
 # likely ended and another begins (other hosts' reports may still be open: the parent's check
 # at each block makes that safe).
 _BETWEEN_REPORTS = re.compile(rb"\n[^\s:]+: \}\n(?=[^\s:]+: \{)")
-_CHUNK_INDEX = struct.Struct("<I")
+# Each message: the chunk's number and the file offset of its end (the last, after the last chunk: none).
+_CHUNK_HEAD = struct.Struct("<IQ")
+# The text around a chunk's blocks is sent where it is at most this part of the chunk; else the
+# parent reads the chunk from the file (a sweep of interleaved hosts: the spool stays small).
+_TEXT_PART = 8
 
 # One block the child took: its first line (the parent's run must be just that line), where it
 # ends in the chunk, and its summary; by the position of the line after the first.
@@ -51,10 +56,12 @@ class _Collector(Protocol):
     def feed_text(self, chunks: Iterable[str], source: str = "",
                   taken_ahead: Callable[[int], Mapping[int, Taken] | None] | None = None) -> None: ...
 
+    def feed_taken(self, texts: list[str], taken: list[Entry], source: str) -> int | None: ...
+
 
 def feed_in_halves(collector: _Collector, descriptor: int, source: str) -> bool:
-    """The open file `descriptor` fed to `collector` from its start, the second half's blocks
-    taken ahead by a child; False (nothing fed) where it is not worth it or no fork is made."""
+    """The open file `descriptor` fed to `collector` from its start, the second half read and its
+    blocks taken ahead by a child; False (nothing fed) where it is not worth it or no fork is made."""
     size = regular_size(descriptor)
     if size < MIN_SPLIT_BYTES:
         return False
@@ -69,18 +76,42 @@ def feed_in_halves(collector: _Collector, descriptor: int, source: str) -> bool:
     try:
         with open_span(descriptor, 0, split) as first:
             collector.feed_text(chunks(first), source)
-        with open_span(descriptor, split) as second:
-            collector.feed_text(chunks(second), source, _Ahead(work).blocks)
+        offset = _feed_ahead(collector, descriptor, split, work, source)
+        work.close()
+        with open_span(descriptor, offset) as rest:
+            collector.feed_text(chunks(rest), source)
     finally:
         work.close()
     return True
 
 
-def _blocks_in(chunk: str, source: str, reader: BlockReader) -> list[tuple[int, str, int, NodeSummary]]:
+def _feed_ahead(collector: _Collector, descriptor: int, offset: int, work: ForkedWork, source: str) -> int:
+    """The chunks from `offset` that the child has sent by now, each fed from its message; the
+    file offset after them."""
+    index = 0
+    while (message := work.next_message()) is not None:
+        sent, end = _CHUNK_HEAD.unpack_from(message)
+        if sent != index or len(message) == _CHUNK_HEAD.size:   # (the child's last word: no chunk left)
+            break
+        texts, taken = decode_chunk(memoryview(message)[_CHUNK_HEAD.size:])
+        resume = collector.feed_taken(texts, taken, source) if texts is not None else 0
+        if resume is not None:
+            # From `resume` on, the chunk read from the file, the child's blocks used where they fit
+            # (`FleetCollector.feed_text`).
+            with open_span(descriptor, offset, end) as handle:
+                chunk = "".join(chunks(handle))[resume:]
+            ahead = {position - resume: (line, block_end - resume, summary)
+                     for position, line, block_end, summary in taken if position >= resume}
+            collector.feed_text([chunk], source, lambda _: ahead)
+        offset, index = end, index + 1
+    return offset
+
+
+def _blocks_in(chunk: str, source: str, reader: BlockReader) -> list[Entry]:
     """The blocks of `chunk` that `reader` takes whole after a line that opens a report, each by the
     position after that line. Where none is taken, the host's next lines are skipped, as the parent
     appends them to its run."""
-    taken: list[tuple[int, str, int, NodeSummary]] = []
+    taken: list[Entry] = []
     reader.new_chunk(chunk)
     position, length = 0, len(chunk)
     while position < length:
@@ -102,26 +133,25 @@ def _blocks_in(chunk: str, source: str, reader: BlockReader) -> list[tuple[int, 
     return taken
 
 
+def _around(chunk: str, taken: list[Entry]) -> list[str] | None:
+    """The text of `chunk` before each block and after the last; None where it is too much to send."""
+    texts: list[str] = []
+    position = 0
+    for line_end, line, end, _ in taken:
+        texts.append(chunk[position:line_end - len(line)])
+        position = end
+    texts.append(chunk[position:])
+    return texts if sum(map(len, texts)) <= len(chunk) // _TEXT_PART else None
+
+
 def _take_ahead(descriptor: int, start: int, source: str, send: Callable[[bytes], None]) -> None:
-    """The child's work: each chunk's blocks from `start`, chunked as the parent will."""
+    """The child's work: each chunk from `start`, chunked as the parent would, its blocks and the text around."""
     reader = BlockReader()
-    with open_span(descriptor, start) as handle:
+    with open_span(descriptor, start, telling=True) as handle:
         for index, chunk in enumerate(chunks(handle)):
-            send(_CHUNK_INDEX.pack(index) + encode_summaries(_blocks_in(chunk, source, reader)))
-
-
-class _Ahead:
-    """The parent's side: the child's blocks of each chunk, while it keeps ahead."""
-
-    def __init__(self, work: ForkedWork) -> None:
-        self._work = work
-
-    def blocks(self, index: int) -> dict[int, Taken] | None:
-        """The blocks of the second half's chunk `index`, asked in order; None once the child
-        falls behind (it is then ended: the parent, there first, does the rest itself)."""
-        while (message := self._work.next_message()) is not None:
-            (sent,) = _CHUNK_INDEX.unpack_from(message)
-            if sent == index:
-                return decode_summaries(memoryview(message)[_CHUNK_INDEX.size:])
-        self._work.close()
-        return None
+            end = handle.tell()
+            if end >> 64:              # (a decoder's state in it: not at a line end; the parent reads on itself)
+                return
+            taken = _blocks_in(chunk, source, reader)
+            send(_CHUNK_HEAD.pack(index, end) + encode_chunk(_around(chunk, taken), taken))
+    send(_CHUNK_HEAD.pack(0, 0))

@@ -19,8 +19,7 @@ FQDN) is kept beside the sender's. What is kept per node is bounded (`bounded`).
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol, TextIO
 
 from netdoctor.fleet.blocks import BlockReader
@@ -42,7 +41,7 @@ from netdoctor.fleet.model import NodeGrade, NodeSummary, no_report, summarize_r
 from netdoctor.fleet.saved import MORE_THAN_ONE, SavedInputs, refusal
 from netdoctor.fleet.shell import KEPT_LINES as _KEPT_NOISE_LINES
 from netdoctor.fleet.shell import MAX_LINE_CHARS as _MAX_NOISE_CHARS
-from netdoctor.fleet.shell import SHELL_STARTS, ShellMessages
+from netdoctor.fleet.shell import SHELL_STARTS, ShellMessages, relabelled
 from netdoctor.logging import get_logger
 
 if TYPE_CHECKING:
@@ -50,7 +49,6 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-_TASK_LABEL = re.compile(r"^ *(?P<task>\d{1,9}): ")
 # After the `}` that closes an object printed with indent=0, an inner one is followed by
 # one of these; anything else after a `}` at column 0 may end the report.
 _INNER_CLOSE = (",", "]", "}")
@@ -71,7 +69,7 @@ class FleetCollector(SavedInputs):
                  observer: CollectorObserver | None = None, budget: NodeBudget | None = None) -> None:
         """`hosts`: the hosts asked, where known (a sweep); a shell message naming any
         other (`srun: error: _establish_config_source: ...`) is about no host. `labelled`:
-        streams are srun's, whose lines are labelled with task numbers (`_relabelled`).
+        streams are srun's, whose lines are labelled with task numbers (`shell.relabelled`).
         `observer` hears of each host settled and each shell line (a sweep's progress).
         `budget`: the memory all nodes' summaries may take (netdoctor.fleet.budget)."""
         hosts = list(hosts)
@@ -154,62 +152,68 @@ class FleetCollector(SavedInputs):
         `taken_ahead(i)`: the blocks of chunk i taken ahead by another process (`fleet.ahead`),
         each used where this collector's run is the one assumed there.
         """
-        blocks = self._blocks
         for index, chunk in enumerate(chunks):
-            position = 0
-            length = len(chunk)
-            blocks.new_chunk(chunk)
-            ahead = taken_ahead(index) if taken_ahead is not None else None
-            while position < length:
-                run = self._run
-                if run is not None and run.blocks:
-                    known = ahead.get(position) if ahead else None
-                    if known is not None and run.lines == [known[0]] and chunk.startswith(run.close, known[1] - len(run.close)):
-                        position, summary = known[1], known[2]
-                    elif (taken := blocks.take(run, chunk, position)) is not None:
-                        position, summary = taken[0], summarize_report(taken[1], run.source, run.host)
-                    else:
-                        summary = None
-                    if summary is not None:
-                        self._drop_run(run)
-                        self._store(summary)
-                        continue
-                    # Interleaved: this run goes line by line to its end (no rescans).
-                    run.blocks = False
-                line_end = chunk.find("\n", position)
-                line_end = length if line_end < 0 else line_end + 1
-                line = chunk[position:line_end]
-                position = line_end
-                if run is not None and line.startswith(run.prefix) and not line.startswith(run.brace):
-                    self._append(run, line)
+            self._feed_chunk(chunk, source, taken_ahead(index) if taken_ahead is not None else None)
+
+    def feed_taken(self, texts: list[str], taken: list[tuple[int, str, int, NodeSummary]], source: str) -> int | None:
+        """A chunk another process read (`fleet.ahead`): the blocks it took whole, (position after
+        the first line, first line, end, summary), each after its text in `texts` (one more: the
+        chunk's end). The same as feeding the chunk, where each block's first line opens a new report
+        of just that line here; else the position after that line, from where the chunk is to be fed."""
+        for text, (line_end, line, _, summary) in zip(texts, taken):
+            self._feed_chunk(text, source, None)
+            if (run := self._run) is not None:
+                # Read as text, it is tried as a block from this line, in vain: no block of its
+                # lines from here is one object (this line's host is another, or it opens a new one).
+                run.blocks = False
+            self.feed_line(line, source)
+            run = self._run
+            if run is None or run.lines != [line]:     # its host's report open here, the host refused, ...
+                return line_end
+            self._drop_run(run)
+            self._store(summary)
+        self._feed_chunk(texts[-1], source, None)
+        return None
+
+    def _feed_chunk(self, chunk: str, source: str, ahead: Mapping[int, Taken] | None) -> None:
+        blocks = self._blocks
+        position = 0
+        length = len(chunk)
+        blocks.new_chunk(chunk)
+        while position < length:
+            run = self._run
+            if run is not None and run.blocks:
+                known = ahead.get(position) if ahead else None
+                if known is not None and run.lines == [known[0]] and chunk.startswith(run.close, known[1] - len(run.close)):
+                    position, summary = known[1], known[2]
+                elif (taken := blocks.take(run, chunk, position)) is not None:
+                    position, summary = taken[0], summarize_report(taken[1], run.source, run.host)
                 else:
-                    self.feed_line(line, source)
+                    summary = None
+                if summary is not None:
+                    self._drop_run(run)
+                    self._store(summary)
+                    continue
+                # Interleaved: this run goes line by line to its end (no rescans).
+                run.blocks = False
+            line_end = chunk.find("\n", position)
+            line_end = length if line_end < 0 else line_end + 1
+            line = chunk[position:line_end]
+            position = line_end
+            if run is not None and line.startswith(run.prefix) and not line.startswith(run.brace):
+                self._append(run, line)
+            else:
+                self.feed_line(line, source)
 
     def feed_stream(self, stream: TextIO, source: str = "") -> None:
         """A live stream of pdsh/clush style output (a sweep's stdout, stdin), line by line
         as it arrives; a line longer than one report may be is cut."""
-        self.feed_lines(self._relabelled(bounded_lines(exact_lines(stream))), source)
+        self.feed_lines(relabelled(bounded_lines(exact_lines(stream)), self._task_hosts), source)
 
     def feed_stderr(self, stream: TextIO) -> None:
         """The parallel shell's stderr stream, to its end (what is kept of it is bounded)."""
-        for line in self._relabelled(bounded_lines(exact_lines(stream))):
+        for line in relabelled(bounded_lines(exact_lines(stream)), self._task_hosts):
             self.feed_stderr_line(line)
-
-    def _relabelled(self, lines: Iterator[str]) -> Iterator[str]:
-        """srun's `--label` lines (`  3: text`) as `host: text`, task i being the i-th host
-        asked (`--distribution=arbitrary`); srun's own messages as they are."""
-        hosts = self._task_hosts
-        if hosts is None:
-            yield from lines
-            return
-        for line in lines:
-            label = _TASK_LABEL.match(line)
-            if label is None:
-                yield line
-                continue
-            task = int(label["task"])
-            if task < len(hosts):
-                yield f"{hosts[task]}: {line[label.end():]}"
 
     def feed_stderr_line(self, line: str) -> None:
         """One line of the parallel shell's stderr: shell messages, or the remote stderr."""

@@ -100,7 +100,7 @@ def bounded_fabric(fabric: Any, neighbors: Any) -> dict[str, Any]:
             guid = intern(guid[:_MAX_ID_CHARS]) if guid.__class__ is str else None
             name = intern(name[:_MAX_ID_CHARS]) if name.__class__ is str else None
         kept_rails.append((intern(port[:_MAX_ID_CHARS]),
-                           float(rate) if finite(rate) else None,
+                           float(rate) + 0.0 if finite(rate) else None,     # (-0.0 is 0.0: `fleet.wire` shares equal rails)
                            gpu if gpu.__class__ is int and 0 <= gpu < 1 << 16 else None, guid, name))
     kept["rails"] = tuple(kept_rails)
     return kept

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from netdoctor.errors import UsageError
 from netdoctor.fleet.ahead import Taken, feed_in_halves
+from netdoctor.fleet.wire import Entry
 from netdoctor.fleet.bounded import (MAX_REPORT_CHARS, BadJson, chunks, decode_report, describe_json_error, plain_report,
                                       read_head, refused_json)
 from netdoctor.fleet.model import NodeGrade, NodeSummary, SenderReport, no_report, summarize_report
@@ -88,6 +89,9 @@ class SavedInputs:
 
     def feed_text(self, chunks: Iterable[str], source: str = "",
                   taken_ahead: Callable[[int], Mapping[int, Taken] | None] | None = None) -> None:
+        raise NotImplementedError
+
+    def feed_taken(self, texts: list[str], taken: list[Entry], source: str) -> int | None:
         raise NotImplementedError
 
     def _store(self, summary: NodeSummary) -> None:

@@ -12,6 +12,7 @@ kept per host (bounded), to explain a node that printed no report.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 from netdoctor.fleet.model import NodeGrade, NodeSummary, no_report
 
@@ -151,3 +152,21 @@ class ShellMessages:
         if len(messages) < KEPT_LINES:
             messages.append(text[:MAX_LINE_CHARS])
 
+
+_TASK_LABEL = re.compile(r"^ *(?P<task>\d{1,9}): ")
+
+
+def relabelled(lines: Iterator[str], hosts: list[str] | None) -> Iterator[str]:
+    """srun's `--label` lines (`  3: text`) as `host: text`, task i being the i-th of `hosts`
+    (`--distribution=arbitrary`); srun's own messages as they are. `hosts` None: lines not labelled."""
+    if hosts is None:
+        yield from lines
+        return
+    for line in lines:
+        label = _TASK_LABEL.match(line)
+        if label is None:
+            yield line
+            continue
+        task = int(label["task"])
+        if task < len(hosts):
+            yield f"{hosts[task]}: {line[label.end():]}"

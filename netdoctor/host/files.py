@@ -288,11 +288,29 @@ class _Span(io.RawIOBase):
         super().close()
 
 
-def open_span(descriptor: int, start: int, stop: int | None = None) -> TextIO:
+class _TellingSpan(_Span):
+    """A `_Span` whose text stream's `tell()` gives the file offset of what it has read so far
+    (TextIOWrapper keeps what it needs for that only over a seekable stream, at some cost)."""
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        if whence not in (io.SEEK_SET, io.SEEK_CUR):
+            raise io.UnsupportedOperation("a span is sought from its file's start or from here")
+        self._position = offset + (self._position if whence == io.SEEK_CUR else 0)
+        return self._position
+
+
+def open_span(descriptor: int, start: int, stop: int | None = None, *, telling: bool = False) -> TextIO:
     """Bytes `start` to `stop` of the open file `descriptor` (not moved; its own copy is closed with
     the stream) as `open_text` reads a file; `start` must be a line start: the text is then that
-    of the whole file's lines from there."""
-    span = _Span(os.dup(descriptor), start, stop)
+    of the whole file's lines from there. `telling`: the stream's `tell()` gives, at a line end,
+    the file offset after that line."""
+    span = (_TellingSpan if telling else _Span)(os.dup(descriptor), start, stop)
     return io.TextIOWrapper(io.BufferedReader(span, 1 << 20), encoding="utf-8", errors="replace", newline="\n")
 
 
