@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import math
 import re
 import sys
 import threading
@@ -95,10 +96,16 @@ def import_without_rich(name: str) -> ModuleType:
 _SPLIT_NUMBERS = re.compile(r"(\d+)").split
 
 
-def natural_key(name: str) -> tuple[int | str, ...]:
+def natural_key(name: str) -> tuple[int | float | str, ...]:
     """Sort key that puts `mlx5_10` after `mlx5_9`, not between `mlx5_1` and `mlx5_2` as tools list them."""
-    parts: list[int | str] = _SPLIT_NUMBERS(name)   # text, number, text, ..., text
-    parts[1::2] = map(int, parts[1::2])
+    parts: list[int | float | str] = _SPLIT_NUMBERS(name)   # text, number, text, ..., text
+    try:
+        parts[1::2] = map(int, parts[1::2])
+    except ValueError:
+        # More digits than int() converts (`sys.get_int_max_str_digits()`, 4,300 by default; a
+        # hostile node's name): such a number sorts after every other.
+        limit = getattr(sys, "get_int_max_str_digits", lambda: 0)()
+        parts[1::2] = [int(part) if not limit or len(part) <= limit else math.inf for part in parts[1::2]]
     return tuple(parts)
 
 

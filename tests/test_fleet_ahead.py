@@ -323,6 +323,22 @@ def test_what_nodes_share_is_sent_once_and_read_back_shared_never_merged_with_a_
     assert back == nodes and [list(node.check_statuses) for node in back] == [list(node.check_statuses) for node in nodes]
     assert back[0].check_statuses is back[1].check_statuses is back[3].check_statuses is not back[2].check_statuses
     assert back[0].rails is back[1].rails is back[2].rails is not back[3].rails and back[3].rails[0][2] == 1
-    assert back[0].versions is back[3].versions
+    assert back[0].versions is back[3].versions and back[0].to_json()["versions"] is not back[0].versions
+
+
+@pytest.mark.parametrize("msgspec", [True, False])
+def test_a_node_read_back_costs_the_budget_what_it_costs_read_whole(monkeypatch: pytest.MonkeyPatch, msgspec: bool) -> None:
+    """The charge must not depend on how the file was read: msgpack gives back lists exactly sized
+    where the summary's were built by a comprehension (a probe's `group`)."""
+    from netdoctor.fleet import wire
+    from netdoctor.fleet.budget import node_cost
+    from netdoctor.fleet.model import summarize_report
+    if not msgspec:
+        monkeypatch.setattr(wire, "_pack", None)
+    report = rich_report("n1")
+    report["probe"]["group"] = [f"n{index}" for index in range(5)]
+    node = summarize_report(report, "sweep.out", "n1")
+    back = wire.decode_chunk(wire.encode_chunk([], [(0, "", 0, node)]))[1][0][3]
+    assert back == node and node_cost(back) == node_cost(node)
     negative = summarize_report(report | {"fabric": {**report["fabric"], "rails": [{"port": "mlx5_0:1", "rate_gbps": -0.0}]}})
     assert str(negative.rails[0][1]) == "0.0"          # one zero: shared with 0.0, either is what the node said

@@ -9,6 +9,7 @@ shared leaves must be judged exactly as in the fleet itself (the private leaves 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -79,3 +80,15 @@ def test_the_fleets_share_layouts_and_find_odd_ports() -> None:
                 ties += any(numbers[i] == numbers[i + 1] and layout[hosts[i]] != layout[hosts[i + 1]]
                             for i in range(len(hosts) - 1))
     assert shared > 250 and odd > 100 and ties >= 5, (shared, odd, ties)
+
+
+def test_a_host_named_with_more_digits_than_int_converts_sorts_after_every_other(tmp_path: Path) -> None:
+    """A hostile sender's name: the natural order puts it last, never raises (Python's 4,300-digit limit)."""
+    from netdoctor.fleet.collect import FleetCollector
+    from netdoctor.fleet.report import build_fleet_report
+    from netdoctor.util import natural_key
+    huge = "n" + "7" * 5000
+    assert sorted([huge, "n10", "n9"], key=natural_key) == ["n9", "n10", huge]
+    collector = FleetCollector()
+    collector.feed_lines([f"{huge}: not a report\n", "n1: not a report\n"])
+    assert [node.host for node in build_fleet_report(collector.finish()).nodes] == ["n1", huge]

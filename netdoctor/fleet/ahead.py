@@ -53,8 +53,9 @@ Taken = tuple[str, int, NodeSummary]
 
 
 class _Collector(Protocol):
-    def feed_text(self, chunks: Iterable[str], source: str = "",
-                  taken_ahead: Callable[[int], Mapping[int, Taken] | None] | None = None) -> None: ...
+    def feed_text(self, chunks: Iterable[str], source: str = "") -> None: ...
+
+    def feed_chunk(self, chunk: str, source: str = "", ahead: Mapping[int, Taken] | None = None) -> None: ...
 
     def feed_taken(self, texts: list[str], taken: list[Entry], source: str) -> int | None: ...
 
@@ -97,12 +98,12 @@ def _feed_ahead(collector: _Collector, descriptor: int, offset: int, work: Forke
         resume = collector.feed_taken(texts, taken, source) if texts is not None else 0
         if resume is not None:
             # From `resume` on, the chunk read from the file, the child's blocks used where they fit
-            # (`FleetCollector.feed_text`).
+            # (`FleetCollector.feed_chunk`).
             with open_span(descriptor, offset, end) as handle:
                 chunk = "".join(chunks(handle))[resume:]
             ahead = {position - resume: (line, block_end - resume, summary)
                      for position, line, block_end, summary in taken if position >= resume}
-            collector.feed_text([chunk], source, lambda _: ahead)
+            collector.feed_chunk(chunk, source, ahead)
         offset, index = end, index + 1
     return offset
 

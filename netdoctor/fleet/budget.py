@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import struct
 import sys
 from dataclasses import replace
 from typing import Any
@@ -56,6 +57,7 @@ _CUT_CHARS = 120
 
 Row = tuple[str, ...]
 _size = sys.getsizeof
+_EMPTY_LIST, _POINTER = sys.getsizeof([]), struct.calcsize("P")
 _FLAGGED = frozenset(("fail", "unknown", "warn"))
 
 
@@ -158,11 +160,14 @@ def _written_top(top: TopFinding | None) -> int:
 
 
 def _facts(value: object) -> int:
-    """A probe report's facts (`bounded_facts`): lists and maps of short strings and numbers."""
+    """A probe report's facts (`bounded_facts`): lists and maps of short strings and numbers. A list
+    is charged as if exactly sized: `getsizeof` counts the room a list was given as it was built
+    (a comprehension's, or msgpack's exact one read back from `fleet.ahead`'s child), and the
+    charge must not depend on how the file was read."""
     if value.__class__ is dict:
         return _size(value) + sum(_facts(key) + _facts(item) for key, item in value.items())   # type: ignore[attr-defined]
     if value.__class__ is list:
-        return _size(value) + sum(_facts(item) for item in value)   # type: ignore[attr-defined]
+        return _EMPTY_LIST + _POINTER * len(value) + sum(_facts(item) for item in value)   # type: ignore[arg-type]
     return _size(value)
 
 

@@ -19,7 +19,7 @@ FQDN) is kept beside the sender's. What is kept per node is bounded (`bounded`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Protocol, TextIO
 
 from netdoctor.fleet.blocks import BlockReader
@@ -46,6 +46,7 @@ from netdoctor.logging import get_logger
 
 if TYPE_CHECKING:
     from netdoctor.fleet.ahead import Taken
+    from netdoctor.fleet.wire import Entry
 
 log = get_logger(__name__)
 
@@ -142,29 +143,27 @@ class FleetCollector(SavedInputs):
             if run is not None:
                 run_prefix, run_brace, run_append = run.prefix, run.brace, run.lines.append
 
-    def feed_text(self, chunks: Iterable[str], source: str = "",
-                  taken_ahead: Callable[[int], Mapping[int, Taken] | None] | None = None) -> None:
+    def feed_text(self, chunks: Iterable[str], source: str = "") -> None:
         """pdsh/clush output in chunks that end at line ends; the same as `feed_lines`.
 
         A saved sweep mostly holds each host's report as one contiguous block of lines.
         Such a block is found and decoded with C-speed string operations (`fleet.blocks`)
         and taken whole; anything else (interleaved hosts, shell messages) goes line by line.
-        `taken_ahead(i)`: the blocks of chunk i taken ahead by another process (`fleet.ahead`),
-        each used where this collector's run is the one assumed there.
         """
-        for index, chunk in enumerate(chunks):
-            self._feed_chunk(chunk, source, taken_ahead(index) if taken_ahead is not None else None)
+        for chunk in chunks:
+            self.feed_chunk(chunk, source)
 
-    def feed_taken(self, texts: list[str], taken: list[tuple[int, str, int, NodeSummary]], source: str) -> int | None:
+    def feed_taken(self, texts: list[str], taken: list[Entry], source: str) -> int | None:
         """A chunk another process read (`fleet.ahead`): the blocks it took whole, (position after
         the first line, first line, end, summary), each after its text in `texts` (one more: the
         chunk's end). The same as feeding the chunk, where each block's first line opens a new report
         of just that line here; else the position after that line, from where the chunk is to be fed."""
         for text, (line_end, line, _, summary) in zip(texts, taken):
-            self._feed_chunk(text, source, None)
+            self.feed_chunk(text, source)
             if (run := self._run) is not None:
-                # Read as text, it is tried as a block from this line, in vain: no block of its
-                # lines from here is one object (this line's host is another, or it opens a new one).
+                # Fed as text, the run is tried as a block from this line first: in vain where the
+                # line is another host's; where it is the run's own host's, the line is appended to
+                # it below, and the chunk fed from the next line: what a block taken there gives.
                 run.blocks = False
             self.feed_line(line, source)
             run = self._run
@@ -172,10 +171,13 @@ class FleetCollector(SavedInputs):
                 return line_end
             self._drop_run(run)
             self._store(summary)
-        self._feed_chunk(texts[-1], source, None)
+        self.feed_chunk(texts[-1], source)
         return None
 
-    def _feed_chunk(self, chunk: str, source: str, ahead: Mapping[int, Taken] | None) -> None:
+    def feed_chunk(self, chunk: str, source: str = "", ahead: Mapping[int, Taken] | None = None) -> None:
+        """One chunk of `feed_text`; `ahead`: its blocks taken ahead by another process (`fleet.ahead`),
+        by the position after their first line, each used where this collector's run is the one
+        assumed there (the host's new run of just that line)."""
         blocks = self._blocks
         position = 0
         length = len(chunk)

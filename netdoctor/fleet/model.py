@@ -172,7 +172,7 @@ class NodeSummary:
         if self.metrics:
             data["metrics"] = dict(self.metrics)
         if self.versions:
-            data["versions"] = self.versions
+            data["versions"] = dict(self.versions)   # (nodes alike may share one: `fleet.wire`)
         if self.findings:
             data["findings"] = [finding_json(finding) for finding in self.findings]
         if self.reports:

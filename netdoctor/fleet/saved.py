@@ -19,7 +19,7 @@ from __future__ import annotations
 import io
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -87,8 +87,10 @@ def _said(entry: SenderReport, named: bool, detail_chars: int = _REPORT_WHY_CHAR
 class SavedInputs:
     """`FleetCollector`'s reading of saved files; the collector gives the methods below."""
 
-    def feed_text(self, chunks: Iterable[str], source: str = "",
-                  taken_ahead: Callable[[int], Mapping[int, Taken] | None] | None = None) -> None:
+    def feed_text(self, chunks: Iterable[str], source: str = "") -> None:
+        raise NotImplementedError
+
+    def feed_chunk(self, chunk: str, source: str = "", ahead: Mapping[int, Taken] | None = None) -> None:
         raise NotImplementedError
 
     def feed_taken(self, texts: list[str], taken: list[Entry], source: str) -> int | None:

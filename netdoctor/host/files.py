@@ -290,18 +290,13 @@ class _Span(io.RawIOBase):
 
 class _TellingSpan(_Span):
     """A `_Span` whose text stream's `tell()` gives the file offset of what it has read so far
-    (TextIOWrapper keeps what it needs for that only over a seekable stream, at some cost)."""
+    (TextIOWrapper keeps what it needs for that only over a stream that says it is seekable, at
+    some cost; `tell` is all it asks of it: `seek` stays unsupported)."""
 
     def seekable(self) -> bool:
         return True
 
     def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence not in (io.SEEK_SET, io.SEEK_CUR):
-            raise io.UnsupportedOperation("a span is sought from its file's start or from here")
-        self._position = offset + (self._position if whence == io.SEEK_CUR else 0)
         return self._position
 
 
