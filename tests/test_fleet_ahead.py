@@ -169,6 +169,65 @@ def test_any_sweep_split_anywhere_is_judged_as_read_whole(tmp_path: Path, halves
         assert read(path, forked_child=True) == read(path, forked_child=False)
 
 
+@pytest.fixture
+def slow_child(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """The child takes 2 ms more per chunk of 4 KiB, so that the parent catches up with it and takes
+    the last half of what it has left, again and again (each at most 8 KiB, down to a line); counts those takes."""
+    monkeypatch.setattr(bounded, "CHUNK_CHARS", 4096)
+    monkeypatch.setattr(ahead, "_MIN_TAKEN_BYTES", 1)            # (a line inside the chunk the child reads: across it)
+    monkeypatch.setattr(ahead, "_MAX_TAKEN_BYTES", 8192)
+    parent, given_blocks, given_take = os.getpid(), ahead._blocks_in, ahead._SecondPart._take_last_half
+    counted = {"taken": 0}
+
+    def blocks_in(*args: Any) -> Any:
+        if os.getpid() != parent:
+            time.sleep(0.002)
+        return given_blocks(*args)
+
+    def take_last_half(self: Any, *args: Any) -> Any:
+        middle = given_take(self, *args)
+        counted["taken"] += middle is not None
+        time.sleep(0.01)      # (time for the child to end the chunk it reads: mostly one across `middle`)
+        return middle
+
+    monkeypatch.setattr(ahead, "_blocks_in", blocks_in)
+    monkeypatch.setattr(ahead._SecondPart, "_take_last_half", take_last_half)
+    return counted
+
+
+@pytest.mark.parametrize("text_part", [1, ahead._TEXT_PART])
+def test_where_the_child_is_behind_the_parent_takes_the_last_half_of_what_is_left(
+        tmp_path: Path, halves: dict[str, int], slow_child: dict[str, int], monkeypatch: pytest.MonkeyPatch,
+        text_part: int) -> None:
+    monkeypatch.setattr(ahead, "_TEXT_PART", text_part)
+    monkeypatch.setattr(ahead, "PARENT_SHARE", 0.2)
+    hostile = (pretty("dup") + pretty("dup", "fail") + pretty("open")[:4]
+               + [line for pair in zip(pretty("a1"), pretty("a2", "fail")) for line in pair] + pretty("open", "fail"))
+    path = tmp_path / "sweep.out"
+    path.write_text("".join(honest(0, 150) + hostile + honest(150, 150) + hostile[::-1] + honest(300, 150)))
+    in_halves = read(path, forked_child=True)
+    child, taken = dict(halves), slow_child["taken"]
+    assert in_halves == read(path, forked_child=False)
+    assert taken >= 1 and child["chunks"] >= 1 and child["used"] > 0       # both took part
+
+
+@settings(max_examples=max(10, int(os.environ.get("NETDOCTOR_FUZZ_EXAMPLES", "100")) // 20), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
+@given(sweep=sweeps(), share=st.floats(0.05, 0.6), text_part=st.sampled_from([1, ahead._TEXT_PART]))
+def test_any_sweep_with_a_child_behind_is_judged_as_read_whole(tmp_path: Path, halves: dict[str, int],
+                                                              slow_child: dict[str, int],
+                                                              sweep: tuple[list[str], dict[str, list[str]], set[str]],
+                                                              share: float, text_part: int) -> None:
+    output, _, _ = sweep
+    path = tmp_path / "sweep.out"
+    path.write_text("".join(honest(100, 40) + output + honest(200, 40) + output[::-1] + honest(300, 40)),
+                    encoding="utf-8", errors="surrogatepass", newline="")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ahead, "PARENT_SHARE", share)
+        patch.setattr(ahead, "_TEXT_PART", text_part)
+        assert read(path, forked_child=True) == read(path, forked_child=False)
+
+
 @pytest.mark.parametrize("child", ["slow", "dies"])
 def test_a_child_behind_or_dead_leaves_the_work_to_the_parent(tmp_path: Path, halves: dict[str, int],
                                                              monkeypatch: pytest.MonkeyPatch, child: str) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from netdoctor.fleet.blocks import BlockReader
-from netdoctor.fleet.bounded import Run, chunks
+from netdoctor.fleet.bounded import CHUNK_CHARS, Run, chunks
 from netdoctor.fleet.model import NodeSummary, summarize_report
 from netdoctor.fleet.wire import Entry, decode_chunk, encode_chunk
 from netdoctor.host.files import open_span, read_at, regular_size
@@ -46,6 +46,11 @@ _CHUNK_HEAD = struct.Struct("<IQ")
 # The text around a chunk's blocks is sent where it is at most this part of the chunk; else the
 # parent reads the chunk from the file (a sweep of interleaved hosts: the spool stays small).
 _TEXT_PART = 8
+# Where the child is behind, the parent takes over the last half of what it has left, if that is
+# at least two chunks (less, it reads the rest itself), and at most eight chunks at a time (their
+# summaries wait in memory until fed). Engineering defaults.
+_MIN_TAKEN_BYTES = 2 * CHUNK_CHARS
+_MAX_TAKEN_BYTES = 8 * CHUNK_CHARS
 
 # One block the child took: its first line (the parent's run must be just that line), where it
 # ends in the chunk, and its summary; by the position of the line after the first.
@@ -77,35 +82,93 @@ def feed_in_halves(collector: _Collector, descriptor: int, source: str) -> bool:
     try:
         with open_span(descriptor, 0, split) as first:
             collector.feed_text(chunks(first), source)
-        offset = _feed_ahead(collector, descriptor, split, work, source)
-        work.close()
-        with open_span(descriptor, offset) as rest:
-            collector.feed_text(chunks(rest), source)
+        _SecondPart(collector, descriptor, source, work).feed(split, size)
     finally:
         work.close()
     return True
 
 
-def _feed_ahead(collector: _Collector, descriptor: int, offset: int, work: ForkedWork, source: str) -> int:
-    """The chunks from `offset` that the child has sent by now, each fed from its message; the
-    file offset after them."""
-    index = 0
-    while (message := work.next_message()) is not None:
-        sent, end = _CHUNK_HEAD.unpack_from(message)
-        if sent != index or len(message) == _CHUNK_HEAD.size:   # (the child's last word: no chunk left)
-            break
-        texts, taken = decode_chunk(memoryview(message)[_CHUNK_HEAD.size:])
-        resume = collector.feed_taken(texts, taken, source) if texts is not None else 0
-        if resume is not None:
-            # From `resume` on, the chunk read from the file, the child's blocks used where they fit
-            # (`FleetCollector.feed_chunk`).
-            with open_span(descriptor, offset, end) as handle:
-                chunk = "".join(chunks(handle))[resume:]
-            ahead = {position - resume: (line, block_end - resume, summary)
-                     for position, line, block_end, summary in taken if position >= resume}
-            collector.feed_chunk(chunk, source, ahead)
-        offset, index = end, index + 1
-    return offset
+class _SecondPart:
+    """The parent's side of the part from the split: each chunk the child sent fed in order. Where
+    the child is not there yet (a slower or loaded CPU under it), this process takes the last half
+    of what the child has left (up to `_MAX_TAKEN_BYTES`), its blocks taken as the child takes
+    them, to feed after the child's; and so on, until the two meet: both CPUs work to the end."""
+
+    def __init__(self, collector: _Collector, descriptor: int, source: str, work: ForkedWork) -> None:
+        self._collector, self._descriptor, self._source, self._work = collector, descriptor, source, work
+        # The chunks this process took from the end, each (start, end, texts around, blocks), in order.
+        self._taken_here: list[tuple[int, int, list[str] | None, list[Entry]]] = []
+
+    def feed(self, start: int, size: int) -> None:
+        """The file from `start` (a line start), `size` its size when read began, fed to its end."""
+        offset, bound, index = start, size, 0     # the child's next chunk; where those taken here begin
+        while offset < bound:
+            message = self._work.next_message()
+            if message is None:
+                middle = self._take_last_half(offset, bound)
+                if middle is None:
+                    break
+                bound = middle
+                continue
+            sent, end = _CHUNK_HEAD.unpack_from(message)
+            if sent != index or len(message) == _CHUNK_HEAD.size:   # (the child's last word: no chunk left)
+                break
+            texts, taken = decode_chunk(memoryview(message)[_CHUNK_HEAD.size:])
+            # A chunk across `bound` is fed to it from the file, its blocks there used where they fit.
+            self._feed(offset, min(end, bound), texts if end <= bound else None, taken)
+            offset, index = min(end, bound), index + 1
+        self._work.close()
+        with open_span(self._descriptor, offset, bound) as rest:      # what neither has taken
+            self._collector.feed_text(chunks(rest), self._source)
+        for chunk_start, end, texts, taken in self._taken_here:
+            self._feed(chunk_start, end, texts, taken)
+        with open_span(self._descriptor, size) as grown:              # (a file still growing)
+            self._collector.feed_text(chunks(grown), self._source)
+
+    def _feed(self, start: int, end: int, texts: list[str] | None, taken: list[Entry]) -> None:
+        """The chunk of bytes `start` to `end`: from its blocks and the text around them where it
+        can (`FleetCollector.feed_taken`); from the file from where it cannot, its blocks used where
+        they fit (`FleetCollector.feed_chunk`)."""
+        resume = self._collector.feed_taken(texts, taken, self._source) if texts is not None else 0
+        if resume is None:
+            return
+        with open_span(self._descriptor, start, end) as handle:
+            chunk = "".join(chunks(handle))[resume:]
+        ahead = {position - resume: (line, block_end - resume, summary)
+                 for position, line, block_end, summary in taken if position >= resume}
+        self._collector.feed_chunk(chunk, self._source, ahead)
+
+    def _take_last_half(self, offset: int, bound: int) -> int | None:
+        """Takes the chunks from a line start about half-way from `offset` to `bound` (at most
+        `_MAX_TAKEN_BYTES` before `bound`) to `bound`, to be fed after those before; that line
+        start, or None where too little is left (or no line starts there)."""
+        if bound - offset < _MIN_TAKEN_BYTES:
+            return None
+        middle = _line_start(self._descriptor, max(offset + (bound - offset) // 2, bound - _MAX_TAKEN_BYTES))
+        if middle is None or middle >= bound:
+            return None
+        reader, taken_here, start = BlockReader(), [], middle
+        with open_span(self._descriptor, middle, bound, telling=True) as handle:
+            for chunk in chunks(handle):
+                end = handle.tell()
+                if end >> 64:          # (never at a line end, as `_take_ahead` says)
+                    return None
+                taken = _blocks_in(chunk, self._source, reader)
+                taken_here.append((start, end, _around(chunk, taken), taken))
+                start = end
+        self._taken_here[:0] = taken_here
+        return middle
+
+
+def _line_start(descriptor: int, offset: int) -> int | None:
+    """A line start at or after `offset`, between two reports where there is one in `_WINDOW_BYTES`;
+    None where no line starts there."""
+    window = read_at(descriptor, offset, _WINDOW_BYTES)
+    between = _BETWEEN_REPORTS.search(window)
+    if between is not None:
+        return offset + between.end()
+    newline = window.find(b"\n")
+    return offset + newline + 1 if newline >= 0 else None
 
 
 def _blocks_in(chunk: str, source: str, reader: BlockReader) -> list[Entry]:
