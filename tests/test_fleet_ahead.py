@@ -211,6 +211,47 @@ def test_where_the_child_is_behind_the_parent_takes_the_last_half_of_what_is_lef
     assert taken >= 1 and child["chunks"] >= 1 and child["used"] > 0       # both took part
 
 
+def test_a_dead_child_leaves_the_rest_to_the_parent_which_takes_no_more_than_its_share(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the parent takes from the end waits in memory, outside the budget: bounded in all,
+    however often it finds no chunk from the child (here: none ever)."""
+    monkeypatch.setattr(ahead, "MIN_SPLIT_BYTES", 0)
+    monkeypatch.setattr(bounded, "CHUNK_CHARS", 4096)
+    monkeypatch.setattr(ahead, "_MIN_TAKEN_BYTES", 8192)
+    monkeypatch.setattr(ahead, "_MAX_TAKEN_BYTES", 20_000)
+    monkeypatch.setattr(ahead, "_take_ahead", lambda *args: os._exit(1))
+    given, spans = ahead._chunks_taken, []
+
+    def chunks_taken(descriptor: int, start: int, stop: int | None, source: str) -> Any:
+        spans.append((start, stop))
+        return given(descriptor, start, stop, source)
+
+    monkeypatch.setattr(ahead, "_chunks_taken", chunks_taken)
+    path = tmp_path / "sweep.out"
+    path.write_text("".join(honest(0, 300)))
+    assert read(path, forked_child=True) == read(path, forked_child=False)
+    taken = sum(stop - start for start, stop in spans)
+    assert spans and taken <= 20_000 + 2 * ahead._WINDOW_BYTES, spans
+
+
+@pytest.mark.parametrize("short", [0, 5, 37, 400])
+@pytest.mark.parametrize("behind", [False, True])
+def test_a_file_grown_since_its_size_was_taken_is_read_as_whole(tmp_path: Path, halves: dict[str, int], patient: None,
+                                                                monkeypatch: pytest.MonkeyPatch, short: int,
+                                                                behind: bool) -> None:
+    """The size taken at the start may fall inside a line (a sweep still writing): nothing is cut there."""
+    monkeypatch.setattr(bounded, "CHUNK_CHARS", 2000)
+    if behind:      # the parent takes the last part at once
+        monkeypatch.setattr(ahead, "_MIN_TAKEN_BYTES", 1)
+        monkeypatch.setattr(ahead, "_MAX_TAKEN_BYTES", 10_000)
+        monkeypatch.setattr(forked.ForkedWork, "next_message", lambda self: None)
+    path = tmp_path / "sweep.out"
+    path.write_text("".join(honest(0, 200)))
+    size = path.stat().st_size - short
+    monkeypatch.setattr(ahead, "regular_size", lambda descriptor: size)
+    assert read(path, forked_child=True) == read(path, forked_child=False)
+
+
 @settings(max_examples=max(10, int(os.environ.get("NETDOCTOR_FUZZ_EXAMPLES", "100")) // 20), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture])
 @given(sweep=sweeps(), share=st.floats(0.05, 0.6), text_part=st.sampled_from([1, ahead._TEXT_PART]))
@@ -220,12 +261,14 @@ def test_any_sweep_with_a_child_behind_is_judged_as_read_whole(tmp_path: Path, h
                                                               share: float, text_part: int) -> None:
     output, _, _ = sweep
     path = tmp_path / "sweep.out"
-    path.write_text("".join(honest(100, 40) + output + honest(200, 40) + output[::-1] + honest(300, 40)),
+    path.write_text("".join(honest(100, 80) + output + honest(200, 80) + output[::-1] + honest(300, 80)),
                     encoding="utf-8", errors="surrogatepass", newline="")
+    before = (halves["chunks"], slow_child["taken"])
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ahead, "PARENT_SHARE", share)
         patch.setattr(ahead, "_TEXT_PART", text_part)
         assert read(path, forked_child=True) == read(path, forked_child=False)
+    assert (halves["chunks"], slow_child["taken"]) != before      # read in halves (over 64 KiB: not sniffed whole)
 
 
 @pytest.mark.parametrize("child", ["slow", "dies"])

@@ -16,6 +16,7 @@ import pytest
 
 from netdoctor.fleet.model import NodeGrade, NodeSummary, Rail
 from netdoctor.fleet.rails import find_rails
+from netdoctor.fleet.report import build_fleet_report
 
 _PRIVATE = "private-"
 
@@ -85,10 +86,19 @@ def test_the_fleets_share_layouts_and_find_odd_ports() -> None:
 def test_a_host_named_with_more_digits_than_int_converts_sorts_after_every_other(tmp_path: Path) -> None:
     """A hostile sender's name: the natural order puts it last, never raises (Python's 4,300-digit limit)."""
     from netdoctor.fleet.collect import FleetCollector
-    from netdoctor.fleet.report import build_fleet_report
     from netdoctor.util import natural_key
     huge = "n" + "7" * 5000
     assert sorted([huge, "n10", "n9"], key=natural_key) == ["n9", "n10", huge]
     collector = FleetCollector()
     collector.feed_lines([f"{huge}: not a report\n", "n1: not a report\n"])
     assert [node.host for node in build_fleet_report(collector.finish()).nodes] == ["n1", huge]
+
+
+def test_nodes_alike_in_the_natural_order_are_listed_in_one_order_whatever_order_they_come_in() -> None:
+    """`n01` and `n1` (or two names of more digits than int() converts) tie in the natural order;
+    the collector gives its nodes in the order of a set, which changes with the hash seed."""
+    hosts = ["n01", "n1", "n001", "n" + "7" * 5000, "n" + "07" * 2500]
+    nodes = [NodeSummary(host=host, grade=NodeGrade.PASS) for host in hosts]
+    orders = {tuple(node.host for node in build_fleet_report(shuffled).nodes)
+              for shuffled in (nodes, nodes[::-1], nodes[2:] + nodes[:2])}
+    assert len(orders) == 1

@@ -9,16 +9,18 @@ each chunk from that (`FleetCollector.feed_taken`): the text around as ever, eac
 first line and summary where its run there is the one the child assumed (the host's fresh run of
 just that first line); where it is not, it reads the chunk from the file and goes on from that
 block as ever. Verdicts, order and the report's memory budget are the parent's, the same as read
-whole. Where the child is not there yet (a loaded machine) or gone, the parent reads the rest
-itself, from the end of the last chunk it had, and ends the child. (A file rewritten in place
-while it is read gives a mix of its versions, read whole or in halves.)
+whole. Where the child is not there yet (a slower or busier CPU under it), the parent takes the
+last half of what the child has left, reads it as the child does, and feeds it after the child's
+chunks (`_SecondPart`); where the child is gone, the parent reads the rest itself. (A file
+rewritten in place while it is read gives a mix of its versions, read whole or in halves.)
 """
 
 from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Protocol
 
 from netdoctor.fleet.blocks import BlockReader
@@ -47,10 +49,13 @@ _CHUNK_HEAD = struct.Struct("<IQ")
 # parent reads the chunk from the file (a sweep of interleaved hosts: the spool stays small).
 _TEXT_PART = 8
 # Where the child is behind, the parent takes over the last half of what it has left, if that is
-# at least two chunks (less, it reads the rest itself), and at most eight chunks at a time (their
-# summaries wait in memory until fed). Engineering defaults.
+# at least two chunks (less, it reads the rest itself), up to four chunks in all: their summaries
+# wait in memory until fed, outside the report's budget (at the per-node limits, ~14 MB). Past that,
+# it waits for the child's next chunk while the child lives and sends one in `_PATIENCE_S`.
+# Engineering defaults.
 _MIN_TAKEN_BYTES = 2 * CHUNK_CHARS
-_MAX_TAKEN_BYTES = 8 * CHUNK_CHARS
+_MAX_TAKEN_BYTES = 4 * CHUNK_CHARS
+_PATIENCE_S = 2.0
 
 # One block the child took: its first line (the parent's run must be just that line), where it
 # ends in the chunk, and its summary; by the position of the line after the first.
@@ -91,39 +96,52 @@ def feed_in_halves(collector: _Collector, descriptor: int, source: str) -> bool:
 class _SecondPart:
     """The parent's side of the part from the split: each chunk the child sent fed in order. Where
     the child is not there yet (a slower or loaded CPU under it), this process takes the last half
-    of what the child has left (up to `_MAX_TAKEN_BYTES`), its blocks taken as the child takes
+    of what the child has left (up to `_MAX_TAKEN_BYTES` in all), its blocks taken as the child takes
     them, to feed after the child's; and so on, until the two meet: both CPUs work to the end."""
 
     def __init__(self, collector: _Collector, descriptor: int, source: str, work: ForkedWork) -> None:
         self._collector, self._descriptor, self._source, self._work = collector, descriptor, source, work
-        # The chunks this process took from the end, each (start, end, texts around, blocks), in order.
+        # The chunks this process took, each (start, end, texts around, blocks), in order: from `_bound`
+        # to `_limit`, the last line end the file had when its reading began.
         self._taken_here: list[tuple[int, int, list[str] | None, list[Entry]]] = []
+        self._bound: int | None = None
+        self._limit = 0
 
     def feed(self, start: int, size: int) -> None:
         """The file from `start` (a line start), `size` its size when read began, fed to its end."""
-        offset, bound, index = start, size, 0     # the child's next chunk; where those taken here begin
-        while offset < bound:
+        offset, index = start, 0            # where the child's next chunk begins, and its number
+        self._limit = _line_end_before(self._descriptor, start, size)
+        while self._bound is None or offset < self._bound:
             message = self._work.next_message()
             if message is None:
-                middle = self._take_last_half(offset, bound)
-                if middle is None:
+                if self._child_part_end() - offset < _MIN_TAKEN_BYTES:
+                    break                   # little left: read here
+                if self._take_last_half(offset):
+                    continue
+                message = self._next_from_child()     # (taken all it may)
+                if message is None:         # the child is gone, or silent too long
                     break
-                bound = middle
-                continue
             sent, end = _CHUNK_HEAD.unpack_from(message)
             if sent != index or len(message) == _CHUNK_HEAD.size:   # (the child's last word: no chunk left)
                 break
             texts, taken = decode_chunk(memoryview(message)[_CHUNK_HEAD.size:])
-            # A chunk across `bound` is fed to it from the file, its blocks there used where they fit.
-            self._feed(offset, min(end, bound), texts if end <= bound else None, taken)
-            offset, index = min(end, bound), index + 1
+            if self._bound is not None and end > self._bound:
+                # Across where this process's chunks begin: fed to there from the file, its blocks used where they fit.
+                end, texts = self._bound, None
+            self._feed(offset, end, texts, taken)
+            offset, index = end, index + 1
         self._work.close()
-        with open_span(self._descriptor, offset, bound) as rest:      # what neither has taken
-            self._collector.feed_text(chunks(rest), self._source)
+        if self._bound is None:
+            self._read(offset, None)
+            return
+        self._read(offset, self._bound)     # what neither has taken
         for chunk_start, end, texts, taken in self._taken_here:
             self._feed(chunk_start, end, texts, taken)
-        with open_span(self._descriptor, size) as grown:              # (a file still growing)
-            self._collector.feed_text(chunks(grown), self._source)
+        self._read(self._limit, None)       # (a file still growing)
+
+    def _read(self, start: int, stop: int | None) -> None:
+        with open_span(self._descriptor, start, stop) as span:
+            self._collector.feed_text(chunks(span), self._source)
 
     def _feed(self, start: int, end: int, texts: list[str] | None, taken: list[Entry]) -> None:
         """The chunk of bytes `start` to `end`: from its blocks and the text around them where it
@@ -138,37 +156,60 @@ class _SecondPart:
                  for position, line, block_end, summary in taken if position >= resume}
         self._collector.feed_chunk(chunk, self._source, ahead)
 
-    def _take_last_half(self, offset: int, bound: int) -> int | None:
-        """Takes the chunks from a line start about half-way from `offset` to `bound` (at most
-        `_MAX_TAKEN_BYTES` before `bound`) to `bound`, to be fed after those before; that line
-        start, or None where too little is left (or no line starts there)."""
-        if bound - offset < _MIN_TAKEN_BYTES:
-            return None
-        middle = _line_start(self._descriptor, max(offset + (bound - offset) // 2, bound - _MAX_TAKEN_BYTES))
-        if middle is None or middle >= bound:
-            return None
-        reader, taken_here, start = BlockReader(), [], middle
-        with open_span(self._descriptor, middle, bound, telling=True) as handle:
-            for chunk in chunks(handle):
-                end = handle.tell()
-                if end >> 64:          # (never at a line end, as `_take_ahead` says)
-                    return None
-                taken = _blocks_in(chunk, self._source, reader)
-                taken_here.append((start, end, _around(chunk, taken), taken))
-                start = end
-        self._taken_here[:0] = taken_here
-        return middle
+    def _child_part_end(self) -> int:
+        """Where the part left to the child ends: where the chunks taken here begin, or the file's last line end."""
+        return self._limit if self._bound is None else self._bound
+
+    def _take_last_half(self, offset: int) -> bool:
+        """Takes the chunks from a line start about half-way from `offset` to the end of the child's
+        part to there, within `_MAX_TAKEN_BYTES` in all, to be fed after those before; False where it
+        has taken all it may, or no line starts there."""
+        bound = self._child_part_end()
+        allowed = _MAX_TAKEN_BYTES - (self._limit - bound)
+        if allowed <= 0:
+            return False
+        middle = _line_start(self._descriptor, offset, max(offset + (bound - offset) // 2, bound - allowed), bound)
+        if middle is None:
+            return False
+        try:
+            self._taken_here[:0] = _chunks_taken(self._descriptor, middle, bound, self._source)
+        except _NoOffset:
+            return False
+        self._bound = middle
+        return True
+
+    def _next_from_child(self) -> bytes | None:
+        """The child's next message, waited for while it lives and sends one within `_PATIENCE_S`."""
+        deadline = time.monotonic() + _PATIENCE_S
+        while (message := self._work.next_message()) is None:
+            if not self._work.alive():
+                return self._work.next_message()      # (what it sent before it ended, if anything)
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.001)
+        return message
 
 
-def _line_start(descriptor: int, offset: int) -> int | None:
-    """A line start at or after `offset`, between two reports where there is one in `_WINDOW_BYTES`;
-    None where no line starts there."""
-    window = read_at(descriptor, offset, _WINDOW_BYTES)
+def _line_start(descriptor: int, offset: int, target: int, bound: int) -> int | None:
+    """A line start after `target` and before `bound`, between two reports where there is one within
+    `_WINDOW_BYTES`, else the next one; else the last one after `offset` before `target`; None where none."""
+    window = read_at(descriptor, target, min(_WINDOW_BYTES, bound - target))
     between = _BETWEEN_REPORTS.search(window)
     if between is not None:
-        return offset + between.end()
+        return target + between.end()
     newline = window.find(b"\n")
-    return offset + newline + 1 if newline >= 0 else None
+    if 0 <= newline < len(window) - 1:
+        return target + newline + 1
+    before = max(offset, target - _WINDOW_BYTES)
+    newline = read_at(descriptor, before, target - before).rfind(b"\n")
+    return before + newline + 1 if newline >= 0 else None
+
+
+def _line_end_before(descriptor: int, start: int, size: int) -> int:
+    """The end of the last line that ends by `size` (from `start`, a line start, within `_WINDOW_BYTES`); `start` where none."""
+    before = max(start, size - _WINDOW_BYTES)
+    newline = read_at(descriptor, before, size - before).rfind(b"\n")
+    return before + newline + 1 if newline >= 0 else start
 
 
 def _blocks_in(chunk: str, source: str, reader: BlockReader) -> list[Entry]:
@@ -208,14 +249,26 @@ def _around(chunk: str, taken: list[Entry]) -> list[str] | None:
     return texts if sum(map(len, texts)) <= len(chunk) // _TEXT_PART else None
 
 
-def _take_ahead(descriptor: int, start: int, source: str, send: Callable[[bytes], None]) -> None:
-    """The child's work: each chunk from `start`, chunked as the parent would, its blocks and the text around."""
+class _NoOffset(Exception):
+    """A chunk's end is no plain file offset (`TextIOWrapper.tell` with a decoder's state in it)."""
+
+
+def _chunks_taken(descriptor: int, start: int, stop: int | None, source: str) -> Iterator[tuple[int, int, list[str] | None, list[Entry]]]:
+    """Each chunk from `start` (a line start) to `stop`, chunked as the parent would: its start and end
+    in the file, the text around its blocks (`_around`) and its blocks (`_blocks_in`)."""
     reader = BlockReader()
-    with open_span(descriptor, start, telling=True) as handle:
-        for index, chunk in enumerate(chunks(handle)):
+    with open_span(descriptor, start, stop, telling=True) as handle:
+        for chunk in chunks(handle):
             end = handle.tell()
-            if end >> 64:              # (a decoder's state in it: not at a line end; the parent reads on itself)
-                return
+            if end >> 64:              # (a decoder's state in it: never at a line end)
+                raise _NoOffset(f"no file offset after a chunk ending {chunk[-40:]!r}")
             taken = _blocks_in(chunk, source, reader)
-            send(_CHUNK_HEAD.pack(index, end) + encode_chunk(_around(chunk, taken), taken))
+            yield start, end, _around(chunk, taken), taken
+            start = end
+
+
+def _take_ahead(descriptor: int, start: int, source: str, send: Callable[[bytes], None]) -> None:
+    """The child's work: each chunk from `start`, its blocks and the text around, then a last word."""
+    for index, (_, end, texts, taken) in enumerate(_chunks_taken(descriptor, start, None, source)):
+        send(_CHUNK_HEAD.pack(index, end) + encode_chunk(texts, taken))
     send(_CHUNK_HEAD.pack(0, 0))

@@ -119,7 +119,8 @@ def build_fleet_report(
     minimum_versions: Mapping[str, str] | None = None,
     rail_thresholds: RailThresholds = RailThresholds(),
 ) -> FleetReport:
-    ordered = sorted(nodes, key=lambda node: (-node.grade.severity, natural_key(node.host)))
+    # (The name last: `n01` and `n1` are alike in the natural order, and the nodes come in no fixed order.)
+    ordered = sorted(nodes, key=lambda node: (-node.grade.severity, natural_key(node.host), node.host))
     # Columns in the order the nodes' reports list their checks (the engine's: the
     # contract's, then third-party ones), each at the earliest place any node gives it.
     earliest: dict[str, int] = {}

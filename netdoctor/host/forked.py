@@ -28,6 +28,18 @@ class ForkedWork:
 
     def __init__(self, pid: int, descriptor: int) -> None:
         self._pid, self._descriptor, self._offset = pid, descriptor, 0
+        self._reaped = False
+
+    def alive(self) -> bool:
+        """Whether the child still runs (once it has ended, it is reaped here: its pid is never signalled again)."""
+        if self._descriptor < 0 or self._reaped:
+            return False
+        try:
+            ended, _ = os.waitpid(self._pid, os.WNOHANG)
+        except ChildProcessError:      # reaped already: SIGCHLD ignored, as inherited from our parent
+            ended = self._pid
+        self._reaped = bool(ended)
+        return not self._reaped
 
     def next_message(self) -> bytes | None:
         """The next message if it is wholly written by now; else None (asked again, the same one)."""
@@ -48,8 +60,9 @@ class ForkedWork:
         if self._descriptor < 0:
             return
         try:
-            os.kill(self._pid, signal.SIGKILL)
-            os.waitpid(self._pid, 0)
+            if not self._reaped:
+                os.kill(self._pid, signal.SIGKILL)
+                os.waitpid(self._pid, 0)
         except ChildProcessError:      # reaped already: SIGCHLD ignored, as inherited from our parent
             pass
         except ProcessLookupError:
