@@ -161,9 +161,9 @@ class _SecondPart:
         return self._limit if self._bound is None else self._bound
 
     def _take_last_half(self, offset: int) -> bool:
-        """Takes the chunks from a line start about half-way from `offset` to the end of the child's
-        part to there, within `_MAX_TAKEN_BYTES` in all, to be fed after those before; False where it
-        has taken all it may, or no line starts there."""
+        """Takes the chunks from a line start about half-way between `offset` and the end of the
+        child's part to that end (within `_MAX_TAKEN_BYTES` in all), to be fed after those before;
+        False where it has taken all it may, or no line starts there."""
         bound = self._child_part_end()
         allowed = _MAX_TAKEN_BYTES - (self._limit - bound)
         if allowed <= 0:

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from netdoctor.errors import UsageError
 from netdoctor.fleet.ahead import Taken, feed_in_halves
-from netdoctor.fleet.wire import Entry
 from netdoctor.fleet.bounded import (MAX_REPORT_CHARS, BadJson, chunks, decode_report, describe_json_error, plain_report,
                                       read_head, refused_json)
 from netdoctor.fleet.model import NodeGrade, NodeSummary, SenderReport, no_report, summarize_report
 from netdoctor.fleet.shell import MAX_LINE_CHARS as _MAX_NOISE_CHARS
 from netdoctor.fleet.shell import SHELL_STARTS
+from netdoctor.fleet.wire import Entry
 from netdoctor.host.files import open_text, read_prefix
 from netdoctor.logging import get_logger
 
