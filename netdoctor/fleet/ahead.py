@@ -85,8 +85,7 @@ def feed_in_halves(collector: _Collector, descriptor: int, source: str) -> bool:
     if work is None:
         return False
     try:
-        with open_span(descriptor, 0, split) as first:
-            collector.feed_text(chunks(first), source)
+        _feed_span(collector, descriptor, 0, split, source)
         _SecondPart(collector, descriptor, source, work).feed(split, size)
     finally:
         work.close()
@@ -132,16 +131,12 @@ class _SecondPart:
             offset, index = end, index + 1
         self._work.close()
         if self._bound is None:
-            self._read(offset, None)
+            _feed_span(self._collector, self._descriptor, offset, None, self._source)
             return
-        self._read(offset, self._bound)     # what neither has taken
+        _feed_span(self._collector, self._descriptor, offset, self._bound, self._source)     # what neither has taken
         for chunk_start, end, texts, taken in self._taken_here:
             self._feed(chunk_start, end, texts, taken)
-        self._read(self._limit, None)       # (a file still growing)
-
-    def _read(self, start: int, stop: int | None) -> None:
-        with open_span(self._descriptor, start, stop) as span:
-            self._collector.feed_text(chunks(span), self._source)
+        _feed_span(self._collector, self._descriptor, self._limit, None, self._source)       # (a file still growing)
 
     def _feed(self, start: int, end: int, texts: list[str] | None, taken: list[Entry]) -> None:
         """The chunk of bytes `start` to `end`: from its blocks and the text around them where it
@@ -200,16 +195,25 @@ def _line_start(descriptor: int, offset: int, target: int, bound: int) -> int | 
     newline = window.find(b"\n")
     if 0 <= newline < len(window) - 1:
         return target + newline + 1
-    before = max(offset, target - _WINDOW_BYTES)
-    newline = read_at(descriptor, before, target - before).rfind(b"\n")
-    return before + newline + 1 if newline >= 0 else None
+    return _last_line_start(descriptor, offset, target)
 
 
 def _line_end_before(descriptor: int, start: int, size: int) -> int:
     """The end of the last line that ends by `size` (from `start`, a line start, within `_WINDOW_BYTES`); `start` where none."""
-    before = max(start, size - _WINDOW_BYTES)
-    newline = read_at(descriptor, before, size - before).rfind(b"\n")
-    return before + newline + 1 if newline >= 0 else start
+    return _last_line_start(descriptor, start, size) or start
+
+
+def _last_line_start(descriptor: int, low: int, high: int) -> int | None:
+    """The last line start after `low` and at most `high`, within `_WINDOW_BYTES` before `high`; None where none."""
+    before = max(low, high - _WINDOW_BYTES)
+    newline = read_at(descriptor, before, high - before).rfind(b"\n")
+    return before + newline + 1 if newline >= 0 else None
+
+
+def _feed_span(collector: _Collector, descriptor: int, start: int, stop: int | None, source: str) -> None:
+    """Bytes `start` (a line start) to `stop` of the file, read and fed here."""
+    with open_span(descriptor, start, stop) as span:
+        collector.feed_text(chunks(span), source)
 
 
 def _blocks_in(chunk: str, source: str, reader: BlockReader) -> list[Entry]:

@@ -159,7 +159,8 @@ class FleetCollector(SavedInputs):
         chunk's end). The same as feeding the chunk, where each block's first line opens a new report
         of just that line here; else the position after that line, from where the chunk is to be fed."""
         for text, (line_end, line, _, summary) in zip(texts, taken):
-            self.feed_chunk(text, source)
+            if text:                                   # (mostly none: blocks follow each other)
+                self.feed_chunk(text, source)
             if (run := self._run) is not None:
                 # Fed as text, the run is tried as a block from this line first: in vain where the
                 # line is another host's; where it is the run's own host's, the line is appended to
